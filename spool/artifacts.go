@@ -1,0 +1,64 @@
+package spool
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Artifact is a template image this node published.
+type Artifact struct {
+	ID          string
+	Fingerprint string
+	Path        string
+	SHA256      string
+	Size        int64
+	// ModTime is the file's modification time when it was recorded; a
+	// matching size and time let a reuse skip re-hashing the file.
+	ModTime time.Time
+	// Result holds the BUILT report fields describing the artifact.
+	Result    []byte
+	CreatedAt time.Time
+}
+
+// PutArtifact records (or replaces) a published artifact.
+func (s *Spool) PutArtifact(ctx context.Context, a Artifact) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO artifacts (artifact_id, fingerprint, path, sha256, size, mtime_ns, result, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(artifact_id) DO UPDATE SET fingerprint = excluded.fingerprint, path = excluded.path,
+			sha256 = excluded.sha256, size = excluded.size, mtime_ns = excluded.mtime_ns, result = excluded.result`,
+		a.ID, a.Fingerprint, a.Path, a.SHA256, a.Size, a.ModTime.UnixNano(), a.Result, s.nowMS())
+	if err != nil {
+		return fmt.Errorf("record artifact %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// ArtifactByFingerprint returns the artifact published for a fingerprint,
+// or ErrNotFound.
+func (s *Spool) ArtifactByFingerprint(ctx context.Context, fingerprint string) (Artifact, error) {
+	var a Artifact
+	var mtime, created int64
+	err := s.db.QueryRowContext(ctx, `SELECT artifact_id, fingerprint, path, sha256, size, mtime_ns, result, created_at
+		FROM artifacts WHERE fingerprint = ?`, fingerprint).
+		Scan(&a.ID, &a.Fingerprint, &a.Path, &a.SHA256, &a.Size, &mtime, &a.Result, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Artifact{}, fmt.Errorf("artifact for fingerprint %s: %w", fingerprint, ErrNotFound)
+	}
+	if err != nil {
+		return Artifact{}, fmt.Errorf("read artifact for fingerprint %s: %w", fingerprint, err)
+	}
+	a.ModTime, a.CreatedAt = time.Unix(0, mtime), time.UnixMilli(created)
+	return a, nil
+}
+
+// DeleteArtifact forgets an artifact. Forgetting an unknown one is not an
+// error.
+func (s *Spool) DeleteArtifact(ctx context.Context, id string) error {
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM artifacts WHERE artifact_id = ?", id); err != nil {
+		return fmt.Errorf("forget artifact %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package spool
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Report kinds. Non-terminal reports of one kind supersede each other: only
+// the newest undelivered one of a kind is kept per job.
+const (
+	KindStatus      = "status"
+	KindFingerprint = "fingerprint"
+	KindPull        = "pull"
+	KindTerminal    = "terminal"
+)
+
+// Report is one status callback waiting in the outbox.
+type Report struct {
+	ID       int64
+	JobID    string
+	Kind     string
+	Terminal bool
+	// Body is the JSON object POSTed to CubeMaster.
+	Body        []byte
+	Attempts    int
+	NextAttempt time.Time
+	LastError   string
+	CreatedAt   time.Time
+}
+
+const reportColumns = "id, job_id, kind, terminal, body, attempts, next_attempt, last_error, created_at"
+
+func scanReport(row interface{ Scan(...any) error }) (Report, error) {
+	var r Report
+	var next, created sql.NullInt64
+	if err := row.Scan(&r.ID, &r.JobID, &r.Kind, &r.Terminal, &r.Body, &r.Attempts, &next, &r.LastError, &created); err != nil {
+		return Report{}, err
+	}
+	r.NextAttempt, r.CreatedAt = fromMS(next), fromMS(created)
+	return r, nil
+}
+
+// AddReport puts a report for job id in the outbox.
+func (s *Spool) AddReport(ctx context.Context, id string, r Report) error {
+	return s.tx(ctx, func(tx *sql.Tx) error { return s.addReport(ctx, tx, id, r) })
+}
+
+func (s *Spool) addReport(ctx context.Context, tx *sql.Tx, id string, r Report) error {
+	if r.Kind == "" {
+		return fmt.Errorf("add report for job %s: empty kind", id)
+	}
+	if !r.Terminal {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM reports WHERE job_id = ? AND kind = ? AND terminal = 0",
+			id, r.Kind); err != nil {
+			return fmt.Errorf("coalesce %s reports of job %s: %w", r.Kind, id, err)
+		}
+	}
+	now := s.nowMS()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO reports (job_id, kind, terminal, body, next_attempt, created_at)
+		VALUES (?, ?, ?, ?, ?, ?)`, id, r.Kind, r.Terminal, r.Body, now, now); err != nil {
+		return fmt.Errorf("add %s report for job %s: %w", r.Kind, id, err)
+	}
+	return nil
+}
+
+// heads selects the oldest report of every job: reports of one job are
+// delivered strictly in order.
+const heads = "SELECT MIN(id) FROM reports GROUP BY job_id"
+
+// DueReports returns up to limit reports that head their job's queue and
+// whose next attempt is due at now.
+func (s *Spool) DueReports(ctx context.Context, now time.Time, limit int) ([]Report, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT "+reportColumns+" FROM reports WHERE id IN ("+heads+
+		") AND next_attempt <= ? ORDER BY next_attempt, id LIMIT ?", now.UnixMilli(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list due reports: %w", err)
+	}
+	defer rows.Close()
+	var out []Report
+	for rows.Next() {
+		r, err := scanReport(rows)
+		if err != nil {
+			return nil, fmt.Errorf("scan report: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list due reports: %w", err)
+	}
+	return out, nil
+}
+
+// NextDue returns when the earliest pending report becomes due; false when
+// the outbox is empty.
+func (s *Spool) NextDue(ctx context.Context) (time.Time, bool, error) {
+	var next sql.NullInt64
+	err := s.db.QueryRowContext(ctx, "SELECT MIN(next_attempt) FROM reports WHERE id IN ("+heads+")").Scan(&next)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("find next due report: %w", err)
+	}
+	if !next.Valid {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMilli(next.Int64), true, nil
+}
+
+// Reports lists the outbox in delivery order, optionally for one job.
+func (s *Spool) Reports(ctx context.Context, jobID string) ([]Report, error) {
+	query, args := "SELECT "+reportColumns+" FROM reports ORDER BY id", []any{}
+	if jobID != "" {
+		query, args = "SELECT "+reportColumns+" FROM reports WHERE job_id = ? ORDER BY id", []any{jobID}
+	}
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list reports: %w", err)
+	}
+	defer rows.Close()
+	var out []Report
+	for rows.Next() {
+		r, err := scanReport(rows)
+		if err != nil {
+			return nil, fmt.Errorf("scan report: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// RemoveReport deletes a report that was delivered or is given up on. A
+// report already superseded is not an error.
+func (s *Spool) RemoveReport(ctx context.Context, id int64) error {
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM reports WHERE id = ?", id); err != nil {
+		return fmt.Errorf("remove report %d: %w", id, err)
+	}
+	return nil
+}
+
+// RetryReport records a failed delivery attempt and when to try again.
+func (s *Spool) RetryReport(ctx context.Context, id int64, next time.Time, lastErr string) error {
+	if _, err := s.db.ExecContext(ctx, "UPDATE reports SET attempts = attempts + 1, next_attempt = ?, last_error = ? WHERE id = ?",
+		next.UnixMilli(), lastErr, id); err != nil {
+		return fmt.Errorf("reschedule report %d: %w", id, err)
+	}
+	return nil
+}
+
+// OutboxDepth counts the reports not yet delivered.
+func (s *Spool) OutboxDepth(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM reports").Scan(&n); err != nil {
+		return 0, fmt.Errorf("count outbox: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,195 @@
+package spool
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	// The cgo SQLite driver registers itself as "sqlite3".
+	_ "github.com/mattn/go-sqlite3"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrNotFound means no row has the requested key.
+	ErrNotFound = errors.New("not found")
+	// ErrJobExists means a job with the same id is already in the spool.
+	ErrJobExists = errors.New("job already exists")
+	// ErrQueueFull means the bounded queue of waiting jobs has no room.
+	ErrQueueFull = errors.New("queue is full")
+	// ErrCorrupt means the database file failed its integrity check.
+	ErrCorrupt = errors.New("spool is corrupt")
+)
+
+// Spool is an open spool database. It is safe for concurrent use.
+type Spool struct {
+	db       *sql.DB
+	path     string
+	readOnly bool
+	now      func() time.Time
+}
+
+// Open opens (creating it if needed) the spool at path, migrates its schema
+// to the current version and checks its integrity. A file that is not a
+// readable spool is left untouched and reported as an error.
+func Open(ctx context.Context, path string) (*Spool, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create spool directory: %w", err)
+	}
+	s, err := open(ctx, path, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx, len(migrations)); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("migrate spool %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("restrict spool permissions: %w", err)
+	}
+	return s, nil
+}
+
+// OpenReadOnly opens an existing spool for reading only, for inspection
+// while an agent may be running on it. It never migrates or writes.
+func OpenReadOnly(ctx context.Context, path string) (*Spool, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open spool: %w", err)
+	}
+	s, err := open(ctx, path, true)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.version(ctx)
+	if err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if v != len(migrations) {
+		s.db.Close()
+		return nil, fmt.Errorf("spool %s has schema version %d, this binary reads version %d", path, v, len(migrations))
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, path string, readOnly bool) (*Spool, error) {
+	q := url.Values{}
+	q.Set("_busy_timeout", "10000")
+	q.Set("_foreign_keys", "on")
+	if readOnly {
+		q.Set("mode", "ro")
+	} else {
+		q.Set("_journal_mode", "WAL")
+		// FULL makes a commit durable across power loss, not only a crash:
+		// a 200 to CubeMaster promises the job is on disk.
+		q.Set("_synchronous", "FULL")
+		q.Set("_txlock", "immediate")
+	}
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open spool %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(4)
+	s := &Spool{db: db, path: path, readOnly: readOnly, now: time.Now}
+	if err := s.check(ctx, readOnly); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// check verifies the file is a healthy SQLite database in WAL mode.
+func (s *Spool) check(ctx context.Context, readOnly bool) error {
+	var result string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA quick_check").Scan(&result); err != nil {
+		return fmt.Errorf("open spool %s: %w (the file was left in place; move it aside to start with an empty spool)", s.path, classify(err))
+	}
+	if result != "ok" {
+		return fmt.Errorf("open spool %s: %w: %s (the file was left in place)", s.path, ErrCorrupt, result)
+	}
+	if readOnly {
+		return nil
+	}
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read spool journal mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("open spool %s: journal_mode is %q, want wal", s.path, mode)
+	}
+	return nil
+}
+
+// classify marks the driver's "not a database" family as corruption.
+func classify(err error) error {
+	msg := err.Error()
+	if strings.Contains(msg, "not a database") || strings.Contains(msg, "malformed") {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return err
+}
+
+// Path is the database file the spool was opened from.
+func (s *Spool) Path() string { return s.path }
+
+// Close closes the database.
+func (s *Spool) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close spool: %w", err)
+	}
+	return nil
+}
+
+// Ping proves the spool answers within ctx: it takes the write lock (a
+// read-only spool only reads), so a database wedged by a stuck writer fails.
+func (s *Spool) Ping(ctx context.Context) error {
+	var n int
+	if s.readOnly {
+		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM jobs WHERE state = ?", StateRunning).Scan(&n); err != nil {
+			return fmt.Errorf("ping spool: %w", err)
+		}
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("ping spool: %w", err)
+	}
+	defer tx.Rollback()
+	if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM jobs WHERE state = ?", StateRunning).Scan(&n); err != nil {
+		return fmt.Errorf("ping spool: %w", err)
+	}
+	return nil
+}
+
+// tx runs fn in a transaction, committing when it returns nil.
+func (s *Spool) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
+}
+
+func (s *Spool) nowMS() int64 { return s.now().UnixMilli() }
+
+func fromMS(ms sql.NullInt64) time.Time {
+	if !ms.Valid || ms.Int64 == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms.Int64)
+}

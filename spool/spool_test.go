@@ -1,0 +1,374 @@
+package spool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func openTest(t testing.TB) *Spool {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "state", "spool.db"))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func mustEnqueue(t testing.TB, s *Spool, id string) Job {
+	t.Helper()
+	j, err := s.Enqueue(context.Background(), id, []byte(`{"job_id":"`+id+`"}`), 100)
+	if err != nil {
+		t.Fatalf("Enqueue(%s): %v", id, err)
+	}
+	return j
+}
+
+func TestOpenCreatesPrivateWALDatabase(t *testing.T) {
+	s := openTest(t)
+	fi, err := os.Stat(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		t.Errorf("spool file mode = %o, want 600", perm)
+	}
+	di, err := os.Stat(filepath.Dir(s.Path()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := di.Mode().Perm(); perm != 0o700 {
+		t.Errorf("spool dir mode = %o, want 700", perm)
+	}
+	var mode string
+	if err := s.db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode = %q, %v; want wal", mode, err)
+	}
+	var fk int
+	if err := s.db.QueryRow("PRAGMA foreign_keys").Scan(&fk); err != nil || fk != 1 {
+		t.Errorf("foreign_keys = %d, %v; want 1", fk, err)
+	}
+	if v, _ := s.version(context.Background()); v != len(migrations) {
+		t.Errorf("schema version = %d, want %d", v, len(migrations))
+	}
+}
+
+func TestOpenMigratesOlderSchema(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	old, err := open(ctx, path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.migrate(ctx, 1); err != nil {
+		t.Fatalf("migrate to v1: %v", err)
+	}
+	if _, err := old.db.Exec(`INSERT INTO jobs (job_id, state, request, created_at, updated_at) VALUES ('j1', 'queued', '{}', 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open on v1 spool: %v", err)
+	}
+	defer s.Close()
+	j, err := s.Job(ctx, "j1")
+	if err != nil {
+		t.Fatalf("Job after migration: %v", err)
+	}
+	if j.State != StateQueued || j.Fingerprint != "" {
+		t.Errorf("migrated job = %+v", j)
+	}
+	if err := s.PutArtifact(ctx, Artifact{ID: "rfs-1", Fingerprint: "fp", Path: "/x", SHA256: "ab", Size: 1}); err != nil {
+		t.Errorf("artifacts table missing after migration: %v", err)
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	if _, err := s.db.Exec("PRAGMA user_version = 99"); err != nil {
+		t.Fatal(err)
+	}
+	path := s.Path()
+	s.Close()
+	if _, err := Open(ctx, path); err == nil {
+		t.Fatal("Open of a spool from a newer version succeeded")
+	}
+}
+
+func TestOpenCorruptSpoolLeavesFileInPlace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spool.db")
+	garbage := bytes.Repeat([]byte("this is not sqlite "), 512)
+	if err := os.WriteFile(path, garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(context.Background(), path)
+	if err == nil {
+		t.Fatal("Open of a garbage file succeeded")
+	}
+	if !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Open error = %v, want ErrCorrupt", err)
+	}
+	got, rerr := os.ReadFile(path)
+	if rerr != nil || !bytes.Equal(got, garbage) {
+		t.Errorf("corrupt spool file was modified (read err %v)", rerr)
+	}
+}
+
+func TestOpenUnreadableSpool(t *testing.T) {
+	if os.Geteuid() == 0 {
+		// root reads anything: use a directory where the file should be.
+		path := filepath.Join(t.TempDir(), "spool.db")
+		if err := os.Mkdir(path, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(context.Background(), path); err == nil {
+			t.Fatal("Open of a directory succeeded")
+		}
+		return
+	}
+	path := filepath.Join(t.TempDir(), "spool.db")
+	if err := os.WriteFile(path, nil, 0o000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), path); err == nil {
+		t.Fatal("Open of an unreadable file succeeded")
+	}
+}
+
+func TestEnqueueDuplicateAndQueueFull(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	if _, err := s.Enqueue(ctx, "a", []byte("{}"), 2); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.Enqueue(ctx, "a", []byte("{}"), 2)
+	if !errors.Is(err, ErrJobExists) || j.ID != "a" || j.State != StateQueued {
+		t.Errorf("duplicate Enqueue = %+v, %v; want existing job and ErrJobExists", j, err)
+	}
+	if _, err := s.Enqueue(ctx, "b", []byte("{}"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, "c", []byte("{}"), 2); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("third Enqueue with limit 2 = %v, want ErrQueueFull", err)
+	}
+	// Running jobs do not count against the queue.
+	if _, _, err := s.ClaimNext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, "c", []byte("{}"), 2); err != nil {
+		t.Errorf("Enqueue after a claim = %v, want room", err)
+	}
+}
+
+func TestClaimIsFIFOAndRequeueKeepsPlace(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	for _, id := range []string{"first", "second", "third"} {
+		mustEnqueue(t, s, id)
+	}
+	j, ok, err := s.ClaimNext(ctx)
+	if err != nil || !ok || j.ID != "first" || j.Attempts != 1 || j.State != StateRunning {
+		t.Fatalf("ClaimNext = %+v, %v, %v; want first, attempt 1", j, ok, err)
+	}
+	if err := s.Requeue(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	j, _, _ = s.ClaimNext(ctx)
+	if j.ID != "first" || j.Attempts != 2 {
+		t.Errorf("after requeue ClaimNext = %s attempt %d, want first attempt 2", j.ID, j.Attempts)
+	}
+	j, _, _ = s.ClaimNext(ctx)
+	if j.ID != "second" {
+		t.Errorf("ClaimNext = %s, want second", j.ID)
+	}
+	n, err := s.RequeueRunning(ctx)
+	if err != nil || n != 2 {
+		t.Errorf("RequeueRunning = %d, %v; want 2", n, err)
+	}
+	q, r, err := s.Counts(ctx)
+	if err != nil || q != 3 || r != 0 {
+		t.Errorf("Counts = %d queued %d running, %v; want 3, 0", q, r, err)
+	}
+	s.ClaimNext(ctx)
+	s.ClaimNext(ctx)
+	s.ClaimNext(ctx)
+	if _, ok, err := s.ClaimNext(ctx); ok || err != nil {
+		t.Errorf("ClaimNext on empty queue = %v, %v; want false", ok, err)
+	}
+}
+
+func TestFinishCommitsTerminalReportAndScrubsRequest(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	mustEnqueue(t, s, "j")
+	s.ClaimNext(ctx)
+	body := []byte(`{"status":"BUILT"}`)
+	if err := s.Finish(ctx, "j", StateBuilt, "READY", "", Report{Kind: KindTerminal, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.Job(ctx, "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != StateBuilt || j.Request != nil || !bytes.Equal(j.Result, body) || j.Progress != 100 || j.FinishedAt.IsZero() {
+		t.Errorf("finished job = %+v", j)
+	}
+	reps, _ := s.Reports(ctx, "j")
+	if len(reps) != 1 || !reps[0].Terminal || !bytes.Equal(reps[0].Body, body) {
+		t.Fatalf("outbox = %+v, want the terminal report", reps)
+	}
+	if err := s.Finish(ctx, "missing", StateFailed, "PULLING", "x", Report{Kind: KindTerminal, Body: body}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Finish of unknown job = %v, want ErrNotFound", err)
+	}
+	if err := s.Finish(ctx, "j", StateRunning, "", "", Report{Kind: KindTerminal, Body: body}); err == nil {
+		t.Error("Finish with a non-terminal state succeeded")
+	}
+	s.RemoveReport(ctx, reps[0].ID)
+	if err := s.Resend(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	reps, _ = s.Reports(ctx, "j")
+	if len(reps) != 1 || !bytes.Equal(reps[0].Body, body) {
+		t.Errorf("after Resend outbox = %+v", reps)
+	}
+}
+
+func TestReportsCoalesceAndStayOrderedPerJob(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	mustEnqueue(t, s, "a")
+	mustEnqueue(t, s, "b")
+	add := func(job, kind, body string) {
+		t.Helper()
+		if err := s.SetProgress(ctx, job, "PULLING", 5, &Report{Kind: kind, Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("a", KindStatus, "a1")
+	add("a", KindFingerprint, "a2")
+	add("b", KindStatus, "b1")
+	add("a", KindStatus, "a3") // supersedes a1
+	if err := s.Finish(ctx, "a", StateFailed, "PULLING", "boom", Report{Kind: KindTerminal, Body: []byte("a4")}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	reps, _ := s.Reports(ctx, "a")
+	for _, r := range reps {
+		got = append(got, string(r.Body))
+	}
+	want := []string{"a2", "a3", "a4"}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("job a outbox = %v, want %v", got, want)
+	}
+
+	now := time.Now()
+	due, err := s.DueReports(ctx, now.Add(time.Second), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(due) != 2 {
+		t.Fatalf("DueReports = %d reports, want the head of each job", len(due))
+	}
+	heads := map[string]string{}
+	for _, r := range due {
+		heads[r.JobID] = string(r.Body)
+	}
+	if heads["a"] != "a2" || heads["b"] != "b1" {
+		t.Errorf("heads = %v, want a2 and b1", heads)
+	}
+
+	// A retried head blocks its job's later reports until it is due.
+	later := now.Add(time.Hour)
+	if err := s.RetryReport(ctx, reps[0].ID, later, "connection refused"); err != nil {
+		t.Fatal(err)
+	}
+	due, _ = s.DueReports(ctx, now.Add(time.Second), 10)
+	if len(due) != 1 || due[0].JobID != "b" {
+		t.Errorf("DueReports with a's head backing off = %+v, want only b", due)
+	}
+	next, ok, err := s.NextDue(ctx)
+	if err != nil || !ok || next.After(now.Add(time.Second)) {
+		t.Errorf("NextDue = %v, %v, %v; want b's report, due now", next, ok, err)
+	}
+	depth, _ := s.OutboxDepth(ctx)
+	if depth != 4 {
+		t.Errorf("OutboxDepth = %d, want 4", depth)
+	}
+	r, _ := s.Reports(ctx, "a")
+	if r[0].Attempts != 1 || r[0].LastError != "connection refused" {
+		t.Errorf("retried report = %+v", r[0])
+	}
+}
+
+func TestArtifactsAndPurge(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	mt := time.Unix(1700000000, 123456789)
+	a := Artifact{ID: "rfs-abc", Fingerprint: "fp1", Path: "/store/rfs-abc/rfs-abc.ext4", SHA256: "00ff", Size: 2 << 20, ModTime: mt, Result: []byte(`{}`)}
+	if err := s.PutArtifact(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ArtifactByFingerprint(ctx, "fp1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != a.ID || got.Path != a.Path || got.Size != a.Size || !got.ModTime.Equal(mt) || got.SHA256 != a.SHA256 {
+		t.Errorf("ArtifactByFingerprint = %+v, want %+v", got, a)
+	}
+	if err := s.DeleteArtifact(ctx, "rfs-abc"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ArtifactByFingerprint(ctx, "fp1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after delete = %v, want ErrNotFound", err)
+	}
+
+	mustEnqueue(t, s, "done")
+	mustEnqueue(t, s, "pending-report")
+	mustEnqueue(t, s, "queued")
+	for _, id := range []string{"done", "pending-report"} {
+		if err := s.Finish(ctx, id, StateBuilt, "READY", "", Report{Kind: KindTerminal, Body: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reps, _ := s.Reports(ctx, "done")
+	s.RemoveReport(ctx, reps[0].ID)
+	n, err := s.PurgeFinished(ctx, time.Now().Add(time.Minute))
+	if err != nil || n != 1 {
+		t.Errorf("PurgeFinished = %d, %v; want 1 (the delivered one)", n, err)
+	}
+	if _, err := s.Job(ctx, "pending-report"); err != nil {
+		t.Errorf("job with an undelivered report was purged: %v", err)
+	}
+	if _, err := s.Job(ctx, "queued"); err != nil {
+		t.Errorf("queued job was purged: %v", err)
+	}
+}
+
+func TestReadOnlyOpenSeesWritersCommits(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	mustEnqueue(t, s, "visible")
+	ro, err := OpenReadOnly(ctx, s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	jobs, err := ro.Jobs(ctx, JobFilter{})
+	if err != nil || len(jobs) != 1 || jobs[0].ID != "visible" {
+		t.Fatalf("read-only Jobs = %+v, %v", jobs, err)
+	}
+	if _, err := ro.Enqueue(ctx, "nope", []byte("{}"), 10); err == nil {
+		t.Error("Enqueue through a read-only spool succeeded")
+	}
+	if _, err := OpenReadOnly(ctx, filepath.Join(t.TempDir(), "missing.db")); err == nil {
+		t.Error("OpenReadOnly of a missing file succeeded")
+	}
+}
