@@ -1,0 +1,104 @@
+package api
+
+import "encoding/json"
+
+// Job statuses and phases the agent reports. CubeMaster, not the agent,
+// moves a job to READY after distribution.
+const (
+	StatusRunning = "RUNNING"
+	StatusFailed  = "FAILED"
+	StatusBuilt   = "BUILT"
+
+	PhasePulling      = "PULLING"
+	PhaseUnpacking    = "UNPACKING"
+	PhaseBuildingExt4 = "BUILDING_EXT4"
+	PhaseReady        = "READY"
+)
+
+// Progress values of the phase reports, as upstream sends them.
+const (
+	ProgressPulling   = 5
+	ProgressUnpacking = 20
+	ProgressBuilding  = 40
+	ProgressDone      = 100
+)
+
+// Report is one status callback body: a flat JSON object.
+type Report map[string]any
+
+// Encode renders the report; it cannot fail for the value types used here.
+func (r Report) Encode() []byte {
+	data, _ := json.Marshal(r)
+	return data
+}
+
+// RunningReport says the job is in a phase at a progress percentage.
+func RunningReport(phase string, progress int) Report {
+	return Report{"status": StatusRunning, "phase": phase, "progress": progress}
+}
+
+// FingerprintReport tells CubeMaster which artifact the job resolved to.
+func FingerprintReport(artifactID, fingerprint, digest string) Report {
+	return Report{"artifact_id": artifactID, "template_spec_fingerprint": fingerprint, "source_image_digest": digest}
+}
+
+// PullProgress is the byte-level state of a layer download.
+type PullProgress struct {
+	TotalBytes      int64
+	DownloadedBytes int64
+	TotalLayers     int
+	CompletedLayers int
+	SpeedBPS        int64
+}
+
+// PullReport carries download progress.
+func PullReport(p PullProgress) Report {
+	return Report{
+		"pull_total_bytes":      p.TotalBytes,
+		"pull_downloaded_bytes": p.DownloadedBytes,
+		"pull_total_layers":     p.TotalLayers,
+		"pull_completed_layers": p.CompletedLayers,
+		"pull_speed_bps":        p.SpeedBPS,
+	}
+}
+
+// FailedReport ends a job with an error in the phase it failed in.
+func FailedReport(phase, message string) Report {
+	return Report{"status": StatusFailed, "phase": phase, "progress": ProgressDone, "error_message": message}
+}
+
+// Built describes a published artifact for the BUILT report.
+type Built struct {
+	ArtifactID      string
+	Fingerprint     string
+	SourceDigest    string
+	Ext4Path        string
+	Ext4SHA256      string
+	Ext4SizeBytes   int64
+	ImageConfigJSON string
+	MasterNodeIP    string
+	CABaked         bool
+	CAFingerprint   string
+	CATargets       int
+}
+
+// BuiltReport ends a job successfully.
+func BuiltReport(b Built) Report {
+	return Report{
+		"status":                         StatusBuilt,
+		"phase":                          PhaseReady,
+		"progress":                       ProgressDone,
+		"artifact_id":                    b.ArtifactID,
+		"artifact_status":                "READY",
+		"template_spec_fingerprint":      b.Fingerprint,
+		"source_image_digest":            b.SourceDigest,
+		"ext4_path":                      b.Ext4Path,
+		"ext4_sha256":                    b.Ext4SHA256,
+		"ext4_size_bytes":                b.Ext4SizeBytes,
+		"image_config_json":              b.ImageConfigJSON,
+		"master_node_ip":                 b.MasterNodeIP,
+		"cube_egress_ca_baked":           b.CABaked,
+		"cube_egress_ca_fingerprint":     b.CAFingerprint,
+		"cube_egress_ca_targets_written": b.CATargets,
+	}
+}

@@ -1,0 +1,387 @@
+// Package config loads the agent's configuration: built-in defaults, then the
+// YAML file named by CUBE_TEMPLATE_CENTER_CONFIG_PATH, then environment
+// overrides, then one validation pass whose errors name the offending key.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/url"
+	"os"
+	"reflect"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// PathEnv names the environment variable that locates the config file.
+const PathEnv = "CUBE_TEMPLATE_CENTER_CONFIG_PATH"
+
+// Config is the whole agent configuration.
+type Config struct {
+	Common   Common   `yaml:"common"`
+	Log      Log      `yaml:"log"`
+	Master   Master   `yaml:"master"`
+	Store    Store    `yaml:"store"`
+	Spool    Spool    `yaml:"spool"`
+	Build    Build    `yaml:"build"`
+	Registry Registry `yaml:"registry"`
+	Shutdown Shutdown `yaml:"shutdown"`
+
+	// envErrs collects environment values that failed to parse, reported
+	// by Validate with the rest.
+	envErrs []error
+}
+
+// Common holds the listener settings, under upstream's key names.
+type Common struct {
+	HTTPBind          string        `yaml:"http_bind"`
+	HTTPPort          int           `yaml:"http_port"`
+	MaxBodyBytes      ByteSize      `yaml:"max_body_bytes"`
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+}
+
+// Log holds logging settings.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is text or json.
+	Format string `yaml:"format"`
+}
+
+// Master describes how status reports reach CubeMaster.
+type Master struct {
+	// Addr is CubeMaster's base URL for callbacks.
+	Addr string `yaml:"addr"`
+	// Token is the shared secret; normally set through the environment.
+	Token string `yaml:"-"`
+	// InsecureNoToken allows running without a shared secret.
+	InsecureNoToken bool `yaml:"-"`
+	// CallbackTimeout bounds one callback attempt.
+	CallbackTimeout time.Duration `yaml:"callback_timeout"`
+	// RetryInitial and RetryMax shape the exponential backoff.
+	RetryInitial time.Duration `yaml:"retry_initial"`
+	RetryMax     time.Duration `yaml:"retry_max"`
+	// ProgressAttempts caps attempts for non-terminal reports; terminal
+	// reports are retried until delivered.
+	ProgressAttempts int `yaml:"progress_attempts"`
+}
+
+// Store is the shared artifact directory.
+type Store struct {
+	Dir string `yaml:"dir"`
+	// WorkDir holds the layer cache and per-job scratch files.
+	WorkDir string `yaml:"work_dir"`
+}
+
+// Spool locates the durable job database.
+type Spool struct {
+	Path string `yaml:"path"`
+	// Retention is how long finished jobs are kept for re-submissions and
+	// inspection.
+	Retention time.Duration `yaml:"retention"`
+}
+
+// Build tunes the executor and the rootfs builder.
+type Build struct {
+	MaxConcurrentBuilds int           `yaml:"max_concurrent_builds"`
+	QueueSize           int           `yaml:"queue_size"`
+	HeartbeatInterval   time.Duration `yaml:"heartbeat_interval"`
+	// MaxAttempts fails a job that was interrupted (crash, stop) this many
+	// times, so a job that kills the agent cannot loop forever.
+	MaxAttempts     int      `yaml:"max_attempts"`
+	CAPath          string   `yaml:"ca_path"`
+	Platform        string   `yaml:"platform"`
+	LayerCacheQuota ByteSize `yaml:"layer_cache_quota"`
+	DownloadJobs    int      `yaml:"download_jobs"`
+	// HeadroomPercent and HeadroomInodes leave room for the guest to write.
+	HeadroomPercent int `yaml:"headroom_percent"`
+	HeadroomInodes  int `yaml:"headroom_inodes"`
+}
+
+// Registry holds pull settings.
+type Registry struct {
+	// Mirrors maps a registry host to mirror hosts tried first.
+	Mirrors map[string][]string `yaml:"mirrors"`
+	// Insecure lists registry hosts reached over plain HTTP.
+	Insecure []string `yaml:"insecure"`
+}
+
+// Shutdown bounds a graceful stop.
+type Shutdown struct {
+	// Timeout must stay below the unit's TimeoutStopSec.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Default returns the built-in configuration.
+func Default() *Config {
+	return &Config{
+		Common: Common{HTTPBind: "0.0.0.0", HTTPPort: 8090, MaxBodyBytes: 24 << 20,
+			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute},
+		Log: Log{Level: "info", Format: "text"},
+		Master: Master{Addr: "http://127.0.0.1:8089", CallbackTimeout: 10 * time.Second,
+			RetryInitial: 500 * time.Millisecond, RetryMax: 30 * time.Second, ProgressAttempts: 6},
+		Store: Store{Dir: "/data/CubeMaster/storage", WorkDir: "/var/cache/cube-templatecenter"},
+		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour},
+		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second,
+			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
+			LayerCacheQuota: 20 << 30, DownloadJobs: 6, HeadroomPercent: 10, HeadroomInodes: 4096},
+		Shutdown: Shutdown{Timeout: 25 * time.Second},
+	}
+}
+
+// Env looks up an environment variable; os.LookupEnv in production.
+type Env func(name string) (string, bool)
+
+// Load builds the configuration from the file named by PathEnv (defaults
+// alone when unset) and the environment. Warnings (unknown keys, deprecated
+// names) are logged to logger; errors name the key at fault.
+func Load(env Env, logger *slog.Logger) (*Config, error) {
+	cfg := Default()
+	if path, ok := env(PathEnv); ok && strings.TrimSpace(path) != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read config %s: %w", path, err)
+		}
+		warnings, err := cfg.parse(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		for _, w := range warnings {
+			logger.Warn("config: "+w, "path", path)
+		}
+	}
+	for _, w := range cfg.applyEnv(env) {
+		logger.Warn("config: " + w)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML over the defaults, returning warnings for unknown keys.
+func Parse(r io.Reader) (*Config, []string, error) {
+	cfg := Default()
+	warnings, err := cfg.parse(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, warnings, nil
+}
+
+func (c *Config) parse(r io.Reader) ([]string, error) {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(r).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // an empty file means defaults
+		}
+		return nil, fmt.Errorf("parse YAML: %w", err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, errors.New("parse YAML: the top level must be a mapping of sections")
+	}
+	if err := doc.Decode(c); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	var warnings []string
+	unknownKeys(doc.Content[0], reflect.TypeOf(*c), "", &warnings)
+	return warnings, nil
+}
+
+// unknownKeys walks a YAML mapping against a struct type and records keys
+// that match no field.
+func unknownKeys(n *yaml.Node, t reflect.Type, prefix string, out *[]string) {
+	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+		return
+	}
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			fields[name] = t.Field(i).Type
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key := n.Content[i].Value
+		ft, ok := fields[key]
+		if !ok {
+			*out = append(*out, fmt.Sprintf("unknown key %q (line %d) ignored", prefix+key, n.Content[i].Line))
+			continue
+		}
+		unknownKeys(n.Content[i+1], ft, prefix+key+".", out)
+	}
+}
+
+// envOverride maps an environment variable (and its deprecated aliases) to
+// a setter.
+type envOverride struct {
+	names []string
+	set   func(c *Config, name, value string) error
+}
+
+var envOverrides = []envOverride{
+	{[]string{"CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT"},
+		func(c *Config, _, v string) error { c.Master.Addr = v; return nil }},
+	{[]string{"CUBE_TEMPLATE_CALLBACK_TOKEN", "CUBE_TC_CALLBACK_TOKEN"},
+		func(c *Config, _, v string) error { c.Master.Token = v; return nil }},
+	{[]string{"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN"}, func(c *Config, name, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a boolean", name, v)
+		}
+		c.Master.InsecureNoToken = b
+		return nil
+	}},
+	{[]string{"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"},
+		func(c *Config, _, v string) error { c.Store.Dir = v; return nil }},
+	{[]string{"CUBE_TEMPLATE_CENTER_WORK_DIR", "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR"},
+		func(c *Config, _, v string) error { c.Store.WorkDir = v; return nil }},
+	{[]string{"CUBE_TEMPLATE_CENTER_SPOOL_PATH"},
+		func(c *Config, _, v string) error { c.Spool.Path = v; return nil }},
+	{[]string{"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS", "CUBE_TC_MAX_CONCURRENT_BUILDS"}, func(c *Config, name, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a number", name, v)
+		}
+		c.Build.MaxConcurrentBuilds = n
+		return nil
+	}},
+}
+
+// applyEnv applies environment overrides; the first non-blank name of each
+// group wins, and a deprecated name earns a warning. Parse errors are
+// recorded and surface from Validate.
+func (c *Config) applyEnv(env Env) []string {
+	var warnings []string
+	for _, o := range envOverrides {
+		for i, name := range o.names {
+			v, ok := env(name)
+			if !ok || strings.TrimSpace(v) == "" {
+				continue
+			}
+			if i > 0 {
+				warnings = append(warnings, fmt.Sprintf("%s is deprecated, use %s", name, o.names[0]))
+			}
+			if err := o.set(c, name, strings.TrimSpace(v)); err != nil {
+				c.envErrs = append(c.envErrs, err)
+			}
+			break
+		}
+	}
+	return warnings
+}
+
+// Validate checks every value and returns all problems at once, each naming
+// its key.
+func (c *Config) Validate() error {
+	errs := append([]error(nil), c.envErrs...)
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if c.Common.HTTPPort < 1 || c.Common.HTTPPort > 65535 {
+		bad("common.http_port", "%d is not a TCP port", c.Common.HTTPPort)
+	}
+	if c.Common.MaxBodyBytes < 1<<20 {
+		bad("common.max_body_bytes", "%d is below 1MiB", c.Common.MaxBodyBytes)
+	}
+	if _, err := ParseLevel(c.Log.Level); err != nil {
+		bad("log.level", "%v", err)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		bad("log.format", "%q is not text or json", c.Log.Format)
+	}
+	if u, err := url.Parse(c.Master.Addr); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("master.addr", "%q is not an http(s) URL", c.Master.Addr)
+	}
+	positive := map[string]time.Duration{
+		"common.read_header_timeout": c.Common.ReadHeaderTimeout, "common.read_timeout": c.Common.ReadTimeout,
+		"master.callback_timeout": c.Master.CallbackTimeout, "master.retry_initial": c.Master.RetryInitial,
+		"master.retry_max": c.Master.RetryMax, "spool.retention": c.Spool.Retention,
+		"build.heartbeat_interval": c.Build.HeartbeatInterval, "shutdown.timeout": c.Shutdown.Timeout,
+	}
+	for _, key := range slices.Sorted(maps.Keys(positive)) {
+		if positive[key] <= 0 {
+			bad(key, "must be a positive duration")
+		}
+	}
+	if c.Master.RetryMax < c.Master.RetryInitial {
+		bad("master.retry_max", "%s is below master.retry_initial %s", c.Master.RetryMax, c.Master.RetryInitial)
+	}
+	ranges := []struct {
+		key       string
+		v, lo, hi int
+	}{
+		{"master.progress_attempts", c.Master.ProgressAttempts, 1, 100},
+		{"build.max_concurrent_builds", c.Build.MaxConcurrentBuilds, 1, 64},
+		{"build.queue_size", c.Build.QueueSize, 1, 100000},
+		{"build.max_attempts", c.Build.MaxAttempts, 1, 100},
+		{"build.download_jobs", c.Build.DownloadJobs, 1, 32},
+		{"build.headroom_percent", c.Build.HeadroomPercent, 0, 100},
+		{"build.headroom_inodes", c.Build.HeadroomInodes, 0, 1 << 24},
+	}
+	for _, r := range ranges {
+		if r.v < r.lo || r.v > r.hi {
+			bad(r.key, "%d is outside %d..%d", r.v, r.lo, r.hi)
+		}
+	}
+	for key, path := range map[string]string{"store.dir": c.Store.Dir, "store.work_dir": c.Store.WorkDir,
+		"spool.path": c.Spool.Path, "build.ca_path": c.Build.CAPath} {
+		if !strings.HasPrefix(path, "/") {
+			bad(key, "%q is not an absolute path", path)
+		}
+	}
+	if goos, arch, ok := strings.Cut(c.Build.Platform, "/"); !ok || goos == "" || arch == "" {
+		bad("build.platform", "%q is not os/arch[/variant]", c.Build.Platform)
+	}
+	return errors.Join(errs...)
+}
+
+// ParseLevel maps a level name to a slog level.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// ListenAddr is the address to listen on when systemd passes no socket.
+func (c *Config) ListenAddr() string {
+	return joinHostPort(c.Common.HTTPBind, c.Common.HTTPPort)
+}
+
+func joinHostPort(host string, port int) string {
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return host + ":" + strconv.Itoa(port)
+}
+
+// RestartOnly lists settings that changed between c and next but only take
+// effect after a restart.
+func (c *Config) RestartOnly(next *Config) []string {
+	var keys []string
+	if c.Common != next.Common {
+		keys = append(keys, "common")
+	}
+	if c.Store != next.Store {
+		keys = append(keys, "store")
+	}
+	if c.Spool.Path != next.Spool.Path {
+		keys = append(keys, "spool.path")
+	}
+	if c.Master.Token != next.Master.Token || c.Master.InsecureNoToken != next.Master.InsecureNoToken {
+		keys = append(keys, "shared token")
+	}
+	return keys
+}

@@ -1,0 +1,139 @@
+package config
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(m map[string]string) Env {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if c.ListenAddr() != "0.0.0.0:8090" || c.Store.Dir != "/data/CubeMaster/storage" || c.Master.Addr != "http://127.0.0.1:8089" ||
+		c.Build.MaxConcurrentBuilds != 2 || c.Build.QueueSize != 64 || !strings.HasPrefix(c.Spool.Path, "/var/lib/cube-templatecenter/") {
+		t.Errorf("unexpected defaults: %+v", c)
+	}
+}
+
+func TestLoadFileEnvAndWarnings(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "conf.yaml")
+	os.WriteFile(path, []byte(`
+common:
+  http_bind: 127.0.0.1
+  http_port: 9000
+  max_body_bytes: 32MiB
+  surprise: 1
+build:
+  queue_size: 10
+  heartbeat_interval: 15s
+  layer_cache_quota: 5GiB
+registry:
+  mirrors:
+    docker.io: [mirror.local:5000]
+typo_section:
+  x: 1
+`), 0o644)
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	c, err := Load(envOf(map[string]string{
+		PathEnv: path, "CUBE_MASTER_ADDR": "http://master:8089/", "CUBE_TC_CALLBACK_TOKEN": " tok ",
+		"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR": "/srv/store", "CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS": "4",
+		"CUBE_TEMPLATE_CENTER_SPOOL_PATH": "/srv/spool.db", "CUBE_TEMPLATE_CENTER_WORK_DIR": "/srv/work",
+		"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN": "false",
+	}), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ListenAddr() != "127.0.0.1:9000" || c.Common.MaxBodyBytes != 32<<20 || c.Build.QueueSize != 10 ||
+		c.Build.HeartbeatInterval != 15*time.Second || c.Build.LayerCacheQuota != 5<<30 {
+		t.Errorf("file values not applied: %+v %+v", c.Common, c.Build)
+	}
+	if c.Master.Addr != "http://master:8089/" || c.Master.Token != "tok" || c.Store.Dir != "/srv/store" ||
+		c.Build.MaxConcurrentBuilds != 4 || c.Spool.Path != "/srv/spool.db" || c.Store.WorkDir != "/srv/work" {
+		t.Errorf("env overrides not applied: %+v %+v", c.Master, c.Store)
+	}
+	if got := c.Registry.Mirrors["docker.io"]; len(got) != 1 || got[0] != "mirror.local:5000" {
+		t.Errorf("mirrors = %v", c.Registry.Mirrors)
+	}
+	out := logs.String()
+	for _, want := range []string{`common.surprise`, `typo_section`, "CUBE_TC_CALLBACK_TOKEN is deprecated"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("warnings lack %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestInvalidValuesNameTheirKey(t *testing.T) {
+	cases := map[string]string{
+		"common:\n  http_port: 70000\n":                    "common.http_port",
+		"build:\n  max_concurrent_builds: 0\n":             "build.max_concurrent_builds",
+		"build:\n  queue_size: -1\n":                       "build.queue_size",
+		"master:\n  addr: ftp://x\n":                       "master.addr",
+		"log:\n  level: loud\n":                            "log.level",
+		"store:\n  dir: relative/path\n":                   "store.dir",
+		"build:\n  heartbeat_interval: 0s\n":               "build.heartbeat_interval",
+		"build:\n  layer_cache_quota: lots\n":              "lots",
+		"common:\n  http_port: [1]\n":                      "decode",
+		"master:\n  retry_initial: 10s\n  retry_max: 1s\n": "master.retry_max",
+		"just a string":                                    "parse YAML",
+	}
+	for doc, want := range cases {
+		c, _, err := Parse(strings.NewReader(doc))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("config %q: error %v, want it to mention %q", doc, err, want)
+		}
+	}
+	_, err := Load(envOf(map[string]string{"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS": "many"}), slog.Default())
+	if err == nil || !strings.Contains(err.Error(), "CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS") {
+		t.Errorf("bad env value: %v", err)
+	}
+	_, err = Load(envOf(map[string]string{PathEnv: "/nonexistent/conf.yaml"}), slog.Default())
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/conf.yaml") {
+		t.Errorf("missing file: %v", err)
+	}
+	if c, _, err := Parse(strings.NewReader("")); err != nil || c.Validate() != nil {
+		t.Errorf("empty file should mean defaults: %v", err)
+	}
+}
+
+func TestRestartOnly(t *testing.T) {
+	a, b := Default(), Default()
+	b.Build.MaxConcurrentBuilds, b.Log.Level = 9, "debug"
+	if keys := a.RestartOnly(b); len(keys) != 0 {
+		t.Errorf("live-reloadable changes flagged: %v", keys)
+	}
+	b.Common.HTTPPort, b.Store.Dir = 1, "/x"
+	if keys := a.RestartOnly(b); strings.Join(keys, ",") != "common,store" {
+		t.Errorf("RestartOnly = %v", keys)
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{"0": 0, "1024": 1024, "4KiB": 4096, "512MiB": 512 << 20, "20GiB": 20 << 30, "1TiB": 1 << 40, "3G": 3 << 30} {
+		if got, err := ParseByteSize(in); err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1", "1.5GiB", "GiB", "99999999999TiB"} {
+		if _, err := ParseByteSize(bad); err == nil {
+			t.Errorf("ParseByteSize(%q) succeeded", bad)
+		}
+	}
+	if s := ByteSize(20 << 30).String(); s != "20GiB" {
+		t.Errorf("String = %s", s)
+	}
+}

@@ -1,0 +1,246 @@
+// Package report delivers the spool's outbox of status reports to
+// CubeMaster: strictly in order per job, retried with capped exponential
+// backoff on transport errors, 408, 429 and 5xx, terminal reports until they
+// are delivered, and dropped only on an answer that can never succeed.
+package report
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
+)
+
+// Outbox is the part of the spool the reporter drains.
+type Outbox interface {
+	DueReports(ctx context.Context, now time.Time, limit int) ([]spool.Report, error)
+	NextDue(ctx context.Context) (time.Time, bool, error)
+	RemoveReport(ctx context.Context, id int64) error
+	RetryReport(ctx context.Context, id int64, next time.Time, lastErr string) error
+}
+
+// Settings are read before every attempt, so a reload takes effect at once.
+type Settings struct {
+	// BaseURL is CubeMaster's address; the job path is appended.
+	BaseURL string
+	// Token is sent in the shared-token header when not empty.
+	Token            string
+	Timeout          time.Duration
+	RetryInitial     time.Duration
+	RetryMax         time.Duration
+	ProgressAttempts int
+}
+
+// Outcomes of one delivery attempt, as counted in metrics.
+const (
+	OutcomeDelivered = "delivered"
+	OutcomeRetry     = "retry"
+	OutcomeDropped   = "dropped"
+)
+
+// Observer is told about every attempt; the agent turns it into metrics.
+type Observer func(outcome string, terminal bool)
+
+// Reporter posts reports from an Outbox.
+type Reporter struct {
+	outbox   Outbox
+	settings func() Settings
+	client   *http.Client
+	logger   *slog.Logger
+	observe  Observer
+	wake     chan struct{}
+	// workers bounds concurrent deliveries (to different jobs).
+	workers int
+	now     func() time.Time
+}
+
+// New returns a reporter; call Run to start delivering.
+func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe Observer) *Reporter {
+	if observe == nil {
+		observe = func(string, bool) {}
+	}
+	return &Reporter{
+		outbox:   outbox,
+		settings: settings,
+		client:   &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		logger:   logger,
+		observe:  observe,
+		wake:     make(chan struct{}, 1),
+		workers:  4,
+		now:      time.Now,
+	}
+}
+
+// Wake tells the reporter new reports are waiting.
+func (r *Reporter) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers reports until ctx ends.
+func (r *Reporter) Run(ctx context.Context) {
+	for {
+		if err := r.DeliverDue(ctx); err != nil && ctx.Err() == nil {
+			r.logger.Error("deliver reports", "err", err)
+		}
+		wait := time.Minute
+		if next, ok, err := r.outbox.NextDue(ctx); err == nil && ok {
+			wait = min(max(next.Sub(r.now()), 0), time.Minute)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-r.wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// DeliverDue sends every report that is due, job queues in parallel and
+// each job's reports in order, until nothing more is due.
+func (r *Reporter) DeliverDue(ctx context.Context) error {
+	for ctx.Err() == nil {
+		due, err := r.outbox.DueReports(ctx, r.now(), 64)
+		if err != nil {
+			return err
+		}
+		if len(due) == 0 {
+			return nil
+		}
+		sem := make(chan struct{}, r.workers)
+		var wg sync.WaitGroup
+		for _, rep := range due {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				r.deliver(ctx, rep)
+			}()
+		}
+		wg.Wait()
+	}
+	return ctx.Err()
+}
+
+// deliver makes one attempt and records its outcome in the outbox.
+func (r *Reporter) deliver(ctx context.Context, rep spool.Report) {
+	s := r.settings()
+	log := r.logger.With("job_id", rep.JobID, "report", rep.Kind, "attempt", rep.Attempts+1)
+	status, body, err := r.post(ctx, s, rep)
+	if ctx.Err() != nil {
+		return // stopping: the report stays in the outbox as it was
+	}
+	// Bookkeeping must land even if ctx ends now.
+	store := context.WithoutCancel(ctx)
+	switch {
+	case err == nil && status/100 == 2:
+		r.observe(OutcomeDelivered, rep.Terminal)
+		log.Debug("report delivered", "status", status)
+		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
+			log.Error("remove delivered report", "err", err)
+		}
+		return
+	case err == nil && !retryable(status):
+		r.observe(OutcomeDropped, rep.Terminal)
+		log.Error("report refused by CubeMaster, dropping it", "status", status, "body", snippet(body))
+		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
+			log.Error("remove refused report", "err", err)
+		}
+		return
+	}
+	reason := fmt.Sprintf("HTTP %d: %s", status, snippet(body))
+	if err != nil {
+		reason = err.Error()
+	}
+	if !rep.Terminal && rep.Attempts+1 >= s.ProgressAttempts {
+		r.observe(OutcomeDropped, false)
+		log.Warn("giving up on progress report", "err", reason)
+		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
+			log.Error("remove abandoned report", "err", err)
+		}
+		return
+	}
+	r.observe(OutcomeRetry, rep.Terminal)
+	delay := Backoff(rep.Attempts, s.RetryInitial, s.RetryMax)
+	level := slog.LevelWarn
+	if !rep.Terminal {
+		level = slog.LevelInfo
+	}
+	log.Log(ctx, level, "report not delivered, will retry", "err", reason, "retry_in", delay)
+	if err := r.outbox.RetryReport(store, rep.ID, r.now().Add(delay), reason); err != nil {
+		log.Error("reschedule report", "err", err)
+	}
+}
+
+// retryable reports whether an HTTP status may succeed later.
+func retryable(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
+}
+
+// Backoff is the wait before attempt number attempts+1: initial doubled per
+// earlier attempt, capped at max.
+func Backoff(attempts int, initial, maxDelay time.Duration) time.Duration {
+	d := initial
+	for i := 0; i < attempts && d < maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxDelay)
+}
+
+func (r *Reporter) post(ctx context.Context, s Settings, rep spool.Report) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	target := strings.TrimRight(s.BaseURL, "/") + "/internal/template/jobs/" + url.PathEscape(rep.JobID) + "/status"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(rep.Body))
+	if err != nil {
+		return 0, nil, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", traceparent())
+	if strings.TrimSpace(s.Token) != "" {
+		req.Header.Set(api.TokenHeader, strings.TrimSpace(s.Token))
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the URL is logged separately; keep the cause
+		}
+		return 0, nil, fmt.Errorf("post to %s: %w", s.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, body, nil
+}
+
+// traceparent starts a fresh W3C trace context for one callback.
+func traceparent() string {
+	var b [24]byte
+	rand.Read(b[:])
+	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+}
+
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}

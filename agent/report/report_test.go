@@ -1,0 +1,136 @@
+package report
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/spool"
+	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+)
+
+func TestBackoff(t *testing.T) {
+	for attempts, want := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+		if got := Backoff(attempts, 500*time.Millisecond, 5*time.Second); got != want {
+			t.Errorf("Backoff(%d) = %s, want %s", attempts, got, want)
+		}
+	}
+	if got := Backoff(1000, time.Second, time.Minute); got != time.Minute {
+		t.Errorf("Backoff(1000) = %s, want the cap", got)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	for status, want := range map[int]bool{408: true, 429: true, 500: true, 502: true, 503: true, 504: true,
+		400: false, 401: false, 403: false, 404: false, 409: false, 413: false} {
+		if retryable(status) != want {
+			t.Errorf("retryable(%d) = %v", status, !want)
+		}
+	}
+}
+
+// TestDeliveryOrderPerJobUnderFailures drives a real spool and stand-in:
+// one job's head report keeps failing while another job's reports flow, and
+// once it succeeds the blocked job's reports arrive in order.
+func TestDeliveryOrderPerJobUnderFailures(t *testing.T) {
+	ctx := context.Background()
+	sp, err := spool.Open(ctx, filepath.Join(t.TempDir(), "spool.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	master, err := cubemaster.Start("tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Stop()
+	var mu sync.Mutex
+	failures := 3
+	master.Respond(func(jobID string, body map[string]any) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if jobID == "slow" && failures > 0 {
+			failures--
+			return http.StatusBadGateway
+		}
+		return 0
+	})
+	for _, job := range []string{"slow", "fast"} {
+		if _, err := sp.Enqueue(ctx, job, []byte("{}"), 10); err != nil {
+			t.Fatal(err)
+		}
+		for i, kind := range []string{spool.KindStatus, spool.KindFingerprint, spool.KindPull} {
+			sp.AddReport(ctx, job, spool.Report{Kind: kind, Body: []byte(`{"seq":` + string(rune('0'+i)) + `}`)})
+		}
+	}
+	var outcomes sync.Map
+	r := New(sp, func() Settings {
+		return Settings{BaseURL: master.URL(), Token: "tok", Timeout: time.Second, RetryInitial: 20 * time.Millisecond,
+			RetryMax: 50 * time.Millisecond, ProgressAttempts: 10}
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), func(outcome string, terminal bool) {
+		v, _ := outcomes.LoadOrStore(outcome, new(int))
+		mu.Lock()
+		*v.(*int)++
+		mu.Unlock()
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go r.Run(runCtx)
+	waitCtx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if _, err := master.WaitFor(waitCtx, func(cbs []cubemaster.Callback) bool { return len(cbs) == 6 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []string{"slow", "fast"} {
+		cbs := master.Callbacks(job)
+		for i, c := range cbs {
+			if c.Int("seq") != int64(i) || c.Token != "tok" {
+				t.Errorf("%s callback %d = %v (token %q), want seq %d", job, i, c.Body, c.Token, i)
+			}
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		n, _ := sp.OutboxDepth(ctx)
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox depth = %d after delivery", n)
+		}
+	}
+	v, _ := outcomes.Load(OutcomeRetry)
+	if v == nil || *v.(*int) != 3 {
+		t.Errorf("retry outcomes = %v, want 3", v)
+	}
+}
+
+func TestProgressReportsGiveUpTerminalNever(t *testing.T) {
+	ctx := context.Background()
+	sp, _ := spool.Open(ctx, filepath.Join(t.TempDir(), "spool.db"))
+	defer sp.Close()
+	master, _ := cubemaster.Start("")
+	defer master.Stop()
+	master.Respond(func(string, map[string]any) int { return http.StatusServiceUnavailable })
+	sp.Enqueue(ctx, "j", []byte("{}"), 10)
+	sp.AddReport(ctx, "j", spool.Report{Kind: spool.KindStatus, Body: []byte(`{"status":"RUNNING"}`)})
+	sp.Finish(ctx, "j", spool.StateFailed, "PULLING", "x", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"FAILED"}`)})
+	r := New(sp, func() Settings {
+		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: time.Millisecond, RetryMax: 2 * time.Millisecond, ProgressAttempts: 3}
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	for i := 0; i < 40; i++ {
+		r.DeliverDue(ctx)
+		time.Sleep(3 * time.Millisecond)
+	}
+	reps, _ := sp.Reports(ctx, "j")
+	if len(reps) != 1 || !reps[0].Terminal || reps[0].Attempts < 20 {
+		t.Fatalf("outbox = %+v, want only the terminal report, still retried", reps)
+	}
+	if reps[0].LastError == "" {
+		t.Error("last error not recorded")
+	}
+}
