@@ -1,0 +1,239 @@
+// Package agent is the CubeTemplateCenter daemon: the HTTP API CubeMaster
+// calls, the executor that runs queued builds, the reporter that delivers
+// status reports, and the systemd integration (readiness, watchdog, status,
+// reload). Durable state lives in the spool; the image work in rootfs.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/report"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
+)
+
+// Agent is one running TemplateCenter.
+type Agent struct {
+	cfg              atomic.Pointer[config.Config]
+	env              config.Env
+	spool            *spool.Spool
+	builder          Builder
+	store            rootfs.Store
+	logger           *slog.Logger
+	level            *slog.LevelVar
+	metrics          *metrics
+	exec             *executor
+	reporter         *report.Reporter
+	notify           Notifier
+	watchdogInterval time.Duration
+
+	stopping atomic.Bool
+	// abort cuts a graceful stop short (second SIGTERM).
+	abortOnce sync.Once
+	abort     chan struct{}
+	reloadMu  sync.Mutex
+}
+
+// Notifier sends sd_notify(3) state strings; a no-op outside systemd.
+type Notifier func(state string)
+
+// Options are the agent's collaborators.
+type Options struct {
+	Config  *config.Config
+	Env     config.Env
+	Spool   *spool.Spool
+	Builder Builder
+	Logger  *slog.Logger
+	// Level is the logger's level, adjusted on reload.
+	Level  *slog.LevelVar
+	Notify Notifier
+	// Watchdog is systemd's WatchdogSec; zero disables the pings.
+	Watchdog time.Duration
+}
+
+// New assembles an agent; Run starts it.
+func New(o Options) *Agent {
+	a := &Agent{
+		env:              o.Env,
+		spool:            o.Spool,
+		builder:          o.Builder,
+		store:            rootfs.Store(o.Config.Store.Dir),
+		logger:           o.Logger,
+		level:            o.Level,
+		notify:           o.Notify,
+		watchdogInterval: o.Watchdog,
+		abort:            make(chan struct{}),
+	}
+	if a.level == nil {
+		a.level = new(slog.LevelVar)
+	}
+	if a.notify == nil {
+		a.notify = func(string) {}
+	}
+	if a.env == nil {
+		a.env = func(string) (string, bool) { return "", false }
+	}
+	a.cfg.Store(o.Config)
+	a.metrics = newMetrics(o.Spool, o.Logger)
+	a.exec = newExecutor(a)
+	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback)
+	return a
+}
+
+func (a *Agent) config() *config.Config { return a.cfg.Load() }
+
+func (a *Agent) reportSettings() report.Settings {
+	c := a.config()
+	return report.Settings{BaseURL: c.Master.Addr, Token: c.Master.Token, Timeout: c.Master.CallbackTimeout,
+		RetryInitial: c.Master.RetryInitial, RetryMax: c.Master.RetryMax, ProgressAttempts: c.Master.ProgressAttempts}
+}
+
+// Abort makes a graceful stop in progress give up waiting.
+func (a *Agent) Abort() { a.abortOnce.Do(func() { close(a.abort) }) }
+
+// Run recovers what a previous run left, serves ln and runs builds until ctx
+// ends, then stops gracefully: it refuses new work, interrupts builds (they
+// go back to the queue, never FAILED), delivers what reports it can within
+// shutdown.timeout, and returns.
+func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
+	cfg := a.config()
+	a.logger.Info("starting", "listen", ln.Addr().String(), "store", cfg.Store.Dir, "spool", a.spool.Path(),
+		"master", cfg.Master.Addr, "max_concurrent_builds", cfg.Build.MaxConcurrentBuilds, "queue_size", cfg.Build.QueueSize)
+	if cfg.Master.Token == "" && cfg.Master.InsecureNoToken {
+		a.logger.Warn("running WITHOUT the shared token (" + api.InsecureNoToken + "=true): any local process can submit builds")
+	} else if cfg.Master.Token == "" {
+		a.logger.Warn(api.TokenEnv + " is not set: build requests are refused with 503 until it is")
+	}
+	if err := a.recover(ctx); err != nil {
+		return err
+	}
+
+	buildCtx, cancelBuilds := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBuilds()
+	reportCtx, cancelReports := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReports()
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() { defer bg.Done(); a.reporter.Run(reportCtx) }()
+	go func() { defer bg.Done(); a.exec.dispatch(buildCtx) }()
+
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: cfg.Common.ReadHeaderTimeout,
+		ReadTimeout:       cfg.Common.ReadTimeout,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	go a.watchdog(loopCtx)
+	go a.statusLoop(loopCtx)
+	a.notify("READY=1")
+	a.logger.Info("ready")
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("serve HTTP: %w", err)
+	}
+	stopLoops()
+	a.stopping.Store(true)
+	a.notify("STOPPING=1")
+	a.logger.Info("stopping")
+
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+	defer cancelStop()
+	go func() {
+		select {
+		case <-a.abort:
+			a.logger.Warn("second stop signal: abandoning graceful shutdown")
+			cancelStop()
+		case <-stopCtx.Done():
+		}
+	}()
+	// Answer requests already in flight; new ones are refused by the
+	// closed listener (and by the stopping flag until then).
+	httpCtx, cancelHTTP := context.WithTimeout(stopCtx, cfg.Shutdown.Timeout/4)
+	if err := srv.Shutdown(httpCtx); err != nil {
+		a.logger.Warn("HTTP shutdown", "err", err)
+	}
+	cancelHTTP()
+	cancelBuilds()
+	if err := a.exec.wait(stopCtx); err != nil {
+		a.logger.Error("builds did not stop in time; they resume at next start", "err", err)
+	}
+	cancelReports()
+	bg.Wait()
+	if err := a.reporter.DeliverDue(stopCtx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		a.logger.Warn("final report delivery", "err", err)
+	}
+	if n, err := a.spool.OutboxDepth(context.Background()); err == nil && n > 0 {
+		a.logger.Info("undelivered reports kept for the next start", "count", n)
+	}
+	a.logger.Info("stopped")
+	return runErr
+}
+
+// recover resumes what a previous run left: running jobs go back to the
+// queue, crash leftovers in the store are removed, old finished jobs purged.
+func (a *Agent) recover(ctx context.Context) error {
+	n, err := a.spool.RequeueRunning(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		a.logger.Info("resuming jobs interrupted by the last stop", "count", n)
+	}
+	removed, err := a.store.CleanLeftovers()
+	for _, p := range removed {
+		a.logger.Info("removed leftover of an interrupted build", "path", p)
+	}
+	if err != nil {
+		a.logger.Warn("clean store leftovers", "err", err)
+	}
+	purged, err := a.spool.PurgeFinished(ctx, time.Now().Add(-a.config().Spool.Retention))
+	if err != nil {
+		return err
+	}
+	if purged > 0 {
+		a.logger.Info("purged finished jobs past retention", "count", purged)
+	}
+	return nil
+}
+
+// statusLoop keeps systemd's STATUS= line current.
+func (a *Agent) statusLoop(ctx context.Context) {
+	last := ""
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		q, r, err := a.spool.Counts(ctx)
+		if err == nil {
+			o, _ := a.spool.OutboxDepth(ctx)
+			s := fmt.Sprintf("STATUS=%d queued, %d running, %d reports pending", q, r, o)
+			if s != last {
+				a.notify(s)
+				last = s
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,540 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
+)
+
+// Builder is what the executor needs from the rootfs builder.
+type Builder interface {
+	// Resolve reads an image's manifest and configuration.
+	Resolve(ctx context.Context, src rootfs.Source) (*rootfs.Image, error)
+	// LoadCA reads the egress CA to bake into images.
+	LoadCA(ctx context.Context) (*rootfs.CA, error)
+	// Build produces and publishes the artifact of spec.
+	Build(ctx context.Context, spec rootfs.Spec, progress rootfs.ProgressFunc) (*rootfs.Artifact, error)
+}
+
+// errStopping marks work abandoned because the agent is stopping.
+var errStopping = errors.New("agent is stopping")
+
+// executor runs queued jobs on a bounded set of workers, oldest first, and
+// runs one build per fingerprint however many jobs want it.
+type executor struct {
+	a *Agent
+
+	mu sync.Mutex
+	// running maps job ids to their cancel functions.
+	running map[string]context.CancelFunc
+	// flights maps fingerprints to the build in progress for them.
+	flights map[string]*flight
+	// building holds the artifact ids being written, so a delete of the
+	// same artifact waits its turn.
+	building map[string]bool
+	wake     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// flight is one build shared by every job with the same fingerprint.
+type flight struct {
+	done  chan struct{}
+	built *api.Built
+	err   error
+	phase string
+}
+
+func newExecutor(a *Agent) *executor {
+	return &executor{
+		a:        a,
+		running:  map[string]context.CancelFunc{},
+		flights:  map[string]*flight{},
+		building: map[string]bool{},
+		wake:     make(chan struct{}, 1),
+	}
+}
+
+// Wake tells the dispatcher a job was queued or a slot freed.
+func (e *executor) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *executor) runningCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.running)
+}
+
+// dispatch starts queued jobs while slots are free, until ctx ends. Builds
+// run under ctx too: cancelling it interrupts them.
+func (e *executor) dispatch(ctx context.Context) {
+	for {
+		for ctx.Err() == nil && e.runningCount() < e.a.config().Build.MaxConcurrentBuilds {
+			job, ok, err := e.a.spool.ClaimNext(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					e.a.logger.Error("claim next job", "err", err)
+				}
+				break
+			}
+			if !ok {
+				break
+			}
+			e.start(ctx, job)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.wake:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+func (e *executor) start(ctx context.Context, job spool.Job) {
+	jobCtx, cancel := context.WithCancel(ctx)
+	e.mu.Lock()
+	e.running[job.ID] = cancel
+	e.mu.Unlock()
+	e.a.metrics.running.Inc()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			cancel()
+			e.mu.Lock()
+			delete(e.running, job.ID)
+			e.mu.Unlock()
+			e.a.metrics.running.Dec()
+			e.Wake()
+		}()
+		e.run(jobCtx, job)
+	}()
+}
+
+// wait blocks until every running job has returned or ctx ends.
+func (e *executor) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for builds to stop: %w", ctx.Err())
+	}
+}
+
+// jobRun is the state of one running job.
+type jobRun struct {
+	e     *executor
+	job   spool.Job
+	build *api.Build
+	log   *slog.Logger
+
+	mu         sync.Mutex
+	phase      string
+	progress   int
+	pull       *rootfs.PullProgress
+	pullSent   *rootfs.PullProgress
+	pullSentAt time.Time
+	flush      chan struct{}
+}
+
+// run drives one job to a terminal report, or back to the queue when the
+// agent stops under it.
+func (e *executor) run(ctx context.Context, job spool.Job) {
+	r := &jobRun{e: e, job: job, log: e.a.logger.With("job_id", job.ID, "attempt", job.Attempts),
+		phase: api.PhasePulling, flush: make(chan struct{}, 1)}
+	if job.Attempts > e.a.config().Build.MaxAttempts {
+		r.fail(ctx, job.Phase, fmt.Sprintf("build interrupted %d times (agent stopped or crashed during it); giving up", job.Attempts-1))
+		return
+	}
+	b, err := api.ParseBuild(job.Request)
+	if err != nil {
+		r.fail(ctx, api.PhasePulling, fmt.Sprintf("stored request is invalid: %v", err))
+		return
+	}
+	r.build = b
+	r.log = r.log.With("image", b.Template.SourceImageRef)
+	r.log.Info("build started")
+
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); r.heartbeat(hbCtx) }()
+	built, phase, err := r.execute(ctx)
+	stopHeartbeat()
+	<-hbDone
+	switch {
+	case err == nil:
+		r.persistPull(ctx, true)
+		r.succeed(ctx, built)
+	case ctx.Err() != nil || errors.Is(err, errStopping):
+		r.interrupted()
+	default:
+		r.persistPull(ctx, true)
+		r.fail(ctx, phase, err.Error())
+	}
+}
+
+// execute runs the phases up to a published (or reused) artifact; on error
+// it returns the phase that failed.
+func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
+	a := r.e.a
+	t := &r.build.Template
+
+	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
+	began := time.Now()
+	img, err := a.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
+	if err != nil {
+		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
+	}
+	a.metrics.phaseDuration.WithLabelValues("resolve").Observe(time.Since(began).Seconds())
+
+	r.setPhase(ctx, api.PhaseUnpacking, api.ProgressUnpacking)
+	var ca *rootfs.CA
+	if t.WantsCA() {
+		if ca, err = a.builder.LoadCA(ctx); err != nil {
+			return nil, api.PhaseUnpacking, fmt.Errorf("load cube egress CA: %w", err)
+		}
+	}
+	caFP := ""
+	if ca != nil {
+		caFP = ca.Fingerprint
+	}
+	fp := api.Fingerprint(t, img.Digest, caFP, r.build.EnvdSHA)
+	artifactID := api.ArtifactID(fp)
+	r.log = r.log.With("artifact_id", artifactID)
+	if err := a.spool.SetFingerprint(ctx, r.job.ID, fp, artifactID); err != nil {
+		return nil, api.PhaseUnpacking, err
+	}
+	r.report(ctx, spool.KindFingerprint, api.FingerprintReport(artifactID, fp, img.Digest))
+
+	for {
+		if built, ok := r.e.reusable(ctx, fp, r.log); ok {
+			a.metrics.dedup.WithLabelValues("reuse").Inc()
+			r.log.Info("reusing published artifact", "path", built.Ext4Path)
+			return built, api.PhaseReady, nil
+		}
+		fl, leader := r.e.join(fp, artifactID)
+		if leader {
+			built, err := r.buildArtifact(ctx, img, ca, fp, artifactID)
+			r.e.land(fp, artifactID, fl, built, err, r.phaseNow())
+			if err != nil {
+				return nil, r.phaseNow(), err
+			}
+			return built, api.PhaseReady, nil
+		}
+		r.log.Info("identical build in flight, waiting for it", "fingerprint", fp)
+		select {
+		case <-ctx.Done():
+			return nil, r.phaseNow(), errStopping
+		case <-fl.done:
+		}
+		if fl.err == nil {
+			a.metrics.dedup.WithLabelValues("inflight").Inc()
+			return fl.built, api.PhaseReady, nil
+		}
+		if !errors.Is(fl.err, errStopping) && !errors.Is(fl.err, context.Canceled) {
+			return nil, fl.phase, fl.err
+		}
+		// The leader was interrupted while this job goes on: lead a retry.
+	}
+}
+
+// buildArtifact runs the image build as the leader of its fingerprint.
+func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
+	a := r.e.a
+	r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressBuilding)
+	began := time.Now()
+	art, err := a.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
+		Envd: r.build.EnvdData, CA: ca}, r.onProgress)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errStopping
+		}
+		return nil, fmt.Errorf("build image: %w", err)
+	}
+	a.metrics.phaseDuration.WithLabelValues("build").Observe(time.Since(began).Seconds())
+	cfgJSON, err := json.Marshal(img.Config)
+	if err != nil {
+		return nil, fmt.Errorf("encode image config: %w", err)
+	}
+	built := &api.Built{
+		ArtifactID: art.ID, Fingerprint: fp, SourceDigest: img.Digest,
+		Ext4Path: art.Path, Ext4SHA256: art.SHA256, Ext4SizeBytes: art.Size,
+		ImageConfigJSON: string(cfgJSON), CABaked: art.CABaked, CATargets: art.CATargets,
+	}
+	if ca != nil {
+		built.CAFingerprint = ca.Fingerprint
+	}
+	record, _ := json.Marshal(built)
+	if err := a.spool.PutArtifact(context.WithoutCancel(ctx), spool.Artifact{ID: art.ID, Fingerprint: fp, Path: art.Path,
+		SHA256: art.SHA256, Size: art.Size, ModTime: art.ModTime, Result: record}); err != nil {
+		return nil, fmt.Errorf("record artifact: %w", err)
+	}
+	r.log.Info("artifact published", "path", art.Path, "size", art.Size, "sha256", art.SHA256, "took", time.Since(began).Round(time.Millisecond))
+	return built, nil
+}
+
+// join returns the flight for fp, creating it (leader=true) when none is in
+// progress.
+func (e *executor) join(fp, artifactID string) (*flight, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if fl, ok := e.flights[fp]; ok {
+		return fl, false
+	}
+	fl := &flight{done: make(chan struct{})}
+	e.flights[fp] = fl
+	e.building[artifactID] = true
+	return fl, true
+}
+
+// land ends a flight and wakes its followers.
+func (e *executor) land(fp, artifactID string, fl *flight, built *api.Built, err error, phase string) {
+	e.mu.Lock()
+	delete(e.flights, fp)
+	delete(e.building, artifactID)
+	e.mu.Unlock()
+	fl.built, fl.err, fl.phase = built, err, phase
+	close(fl.done)
+}
+
+// withArtifactIdle runs fn unless artifactID is being built; it reports
+// whether fn ran. Builds of that artifact cannot start while fn runs.
+func (e *executor) withArtifactIdle(artifactID string, fn func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.building[artifactID] {
+		return false
+	}
+	fn()
+	return true
+}
+
+// reusable returns the recorded artifact for fp when its file is still the
+// one published: same size and modification time, or failing that the same
+// SHA-256.
+func (e *executor) reusable(ctx context.Context, fp string, log *slog.Logger) (*api.Built, bool) {
+	sp := e.a.spool
+	rec, err := sp.ArtifactByFingerprint(ctx, fp)
+	if err != nil {
+		if !errors.Is(err, spool.ErrNotFound) {
+			log.Warn("look up published artifact", "err", err)
+		}
+		return nil, false
+	}
+	var built api.Built
+	if err := json.Unmarshal(rec.Result, &built); err != nil {
+		log.Warn("recorded artifact is unreadable, rebuilding", "err", err)
+		return nil, false
+	}
+	fi, err := os.Stat(rec.Path)
+	if err == nil && fi.Mode().IsRegular() && fi.Size() == rec.Size && fi.ModTime().Equal(rec.ModTime) {
+		return &built, true
+	}
+	if err == nil && fi.Mode().IsRegular() && fi.Size() == rec.Size {
+		if sum, herr := fileSHA256(ctx, rec.Path); herr == nil && sum == rec.SHA256 {
+			rec.ModTime = fi.ModTime()
+			if err := sp.PutArtifact(ctx, rec); err != nil {
+				log.Warn("refresh artifact record", "err", err)
+			}
+			return &built, true
+		}
+	}
+	log.Warn("published artifact changed or vanished, rebuilding", "path", rec.Path)
+	if err := sp.DeleteArtifact(ctx, rec.ID); err != nil {
+		log.Warn("forget stale artifact", "err", err)
+	}
+	return nil, false
+}
+
+func fileSHA256(ctx context.Context, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, readerCtx{ctx, f}); err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// readerCtx stops a long read when its context ends.
+type readerCtx struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r readerCtx) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return r.r.Read(p)
+}
+
+// setPhase records a phase change and reports it.
+func (r *jobRun) setPhase(ctx context.Context, phase string, progress int) {
+	r.mu.Lock()
+	r.phase, r.progress = phase, progress
+	r.mu.Unlock()
+	r.persistProgress(ctx, true)
+}
+
+func (r *jobRun) phaseNow() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phase
+}
+
+// onProgress receives builder progress; it only records it and never blocks.
+func (r *jobRun) onProgress(p rootfs.Progress) {
+	r.mu.Lock()
+	if p.Percent > r.progress && p.Percent < api.ProgressDone {
+		r.progress = p.Percent
+	}
+	final := false
+	if p.Pull != nil {
+		pull := *p.Pull
+		r.pull = &pull
+		final = pull.Done
+	}
+	r.mu.Unlock()
+	if final {
+		select {
+		case r.flush <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// heartbeat re-sends the job's phase and progress at the configured interval
+// so CubeMaster's stale-job reaper sees a live build, and forwards download
+// progress.
+func (r *jobRun) heartbeat(ctx context.Context) {
+	for {
+		interval := r.e.a.config().Build.HeartbeatInterval
+		timer := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-r.flush:
+			timer.Stop()
+			r.persistPull(ctx, true)
+		case <-timer.C:
+			r.persistProgress(ctx, true)
+			r.persistPull(ctx, false)
+		}
+	}
+}
+
+// persistProgress stores the current phase/progress and, when send is set,
+// queues it as a RUNNING report.
+func (r *jobRun) persistProgress(ctx context.Context, send bool) {
+	r.mu.Lock()
+	phase, progress := r.phase, r.progress
+	r.mu.Unlock()
+	var rep *spool.Report
+	if send {
+		rep = &spool.Report{Kind: spool.KindStatus, Body: api.RunningReport(phase, progress).Encode()}
+	}
+	if err := r.e.a.spool.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("record progress", "err", err)
+		}
+		return
+	}
+	r.e.a.reporter.Wake()
+}
+
+// persistPull queues the latest download progress when it changed since
+// the last one sent; between heartbeats at most every half interval unless
+// final.
+func (r *jobRun) persistPull(ctx context.Context, final bool) {
+	r.mu.Lock()
+	p := r.pull
+	if p == nil || (r.pullSent != nil && *r.pullSent == *p) ||
+		(!final && !p.Done && time.Since(r.pullSentAt) < r.e.a.config().Build.HeartbeatInterval/2) {
+		r.mu.Unlock()
+		return
+	}
+	sent := *p
+	r.pullSent, r.pullSentAt = &sent, time.Now()
+	r.mu.Unlock()
+	r.report(ctx, spool.KindPull, api.PullReport(api.PullProgress{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes,
+		TotalLayers: p.TotalLayers, CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}))
+}
+
+// report queues a non-terminal report.
+func (r *jobRun) report(ctx context.Context, kind string, body api.Report) {
+	if err := r.e.a.spool.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body.Encode()}); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("queue report", "kind", kind, "err", err)
+		}
+		return
+	}
+	r.e.a.reporter.Wake()
+}
+
+// succeed ends the job with a BUILT report carrying this job's download
+// base URL.
+func (r *jobRun) succeed(ctx context.Context, built *api.Built) {
+	b := *built
+	b.MasterNodeIP = api.NormalizeBaseURL(r.build.DownloadBaseURL)
+	r.finish(ctx, spool.StateBuilt, api.PhaseReady, "", api.BuiltReport(b))
+}
+
+// fail ends the job with a FAILED report.
+func (r *jobRun) fail(ctx context.Context, phase, message string) {
+	if phase == "" {
+		phase = api.PhasePulling
+	}
+	r.log.Error("build failed", "phase", phase, "err", message)
+	r.finish(ctx, spool.StateFailed, phase, message, api.FailedReport(phase, message))
+}
+
+func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg string, rep api.Report) {
+	a := r.e.a
+	// The terminal report must be recorded even when the job context ends.
+	ctx = context.WithoutCancel(ctx)
+	if err := a.spool.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: rep.Encode()}); err != nil {
+		// The job stays "running" in the spool and is resumed at the next
+		// start, so the terminal report is produced then.
+		r.log.Error("record job result", "err", err)
+		return
+	}
+	a.metrics.finished.WithLabelValues(string(state)).Inc()
+	a.reporter.Wake()
+	if state == spool.StateBuilt {
+		r.log.Info("build finished", "took", time.Since(r.job.StartedAt).Round(time.Millisecond))
+	}
+}
+
+// interrupted puts the job back in the queue for the next start.
+func (r *jobRun) interrupted() {
+	a := r.e.a
+	if err := a.spool.Requeue(context.Background(), r.job.ID); err != nil {
+		r.log.Error("requeue interrupted job", "err", err)
+		return
+	}
+	a.metrics.interrupted.Inc()
+	r.log.Info("build interrupted by shutdown, job requeued", "phase", r.phaseNow())
+}

@@ -1,0 +1,342 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
+	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+)
+
+const testToken = "s3cret-token"
+
+// testBuilder stands in for rootfs until it is wired: it resolves refs to
+// stable digests and publishes a small real file through rootfs.Store, so
+// reuse, deletion and recovery act on real files. Hooks inject failures
+// and delays.
+type testBuilder struct {
+	store rootfs.Store
+
+	mu         sync.Mutex
+	builds     int
+	resolveErr error
+	caErr      error
+	// beforePublish runs inside Build; an error fails the build.
+	beforePublish func(ctx context.Context, spec rootfs.Spec) error
+}
+
+func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.Image, error) {
+	b.mu.Lock()
+	err := b.resolveErr
+	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(src.Ref))
+	return &rootfs.Image{Digest: "registry.test/" + src.Ref + "@sha256:" + hex.EncodeToString(sum[:]),
+		Config: rootfs.ImageConfig{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}, CompressedSize: 1000}, nil
+}
+
+func (b *testBuilder) LoadCA(ctx context.Context) (*rootfs.CA, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.caErr != nil {
+		return nil, b.caErr
+	}
+	return &rootfs.CA{Fingerprint: "0123456789abcdef"}, nil
+}
+
+func (b *testBuilder) Build(ctx context.Context, spec rootfs.Spec, progress rootfs.ProgressFunc) (*rootfs.Artifact, error) {
+	b.mu.Lock()
+	b.builds++
+	hook := b.beforePublish
+	b.mu.Unlock()
+	progress(rootfs.Progress{Percent: 50, Pull: &rootfs.PullProgress{TotalBytes: 1000, DownloadedBytes: 1000, TotalLayers: 1, CompletedLayers: 1, Done: true}})
+	if hook != nil {
+		if err := hook(ctx, spec); err != nil {
+			return nil, err
+		}
+	}
+	f, err := b.store.CreateTemp(spec.ArtifactID)
+	if err != nil {
+		return nil, err
+	}
+	content := []byte("ext4 image of " + spec.Fingerprint)
+	if _, err := f.Write(content); err != nil {
+		b.store.Discard(f, spec.ArtifactID)
+		return nil, err
+	}
+	if err := b.store.Publish(f, spec.ArtifactID); err != nil {
+		return nil, err
+	}
+	path := b.store.ArtifactPath(spec.ArtifactID)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(content)
+	return &rootfs.Artifact{ID: spec.ArtifactID, Path: path, SHA256: hex.EncodeToString(sum[:]), Size: fi.Size(),
+		ModTime: fi.ModTime(), CABaked: spec.CA != nil, CATargets: 1}, nil
+}
+
+func (b *testBuilder) buildCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.builds
+}
+
+// harness runs an in-process agent against a CubeMaster stand-in.
+type harness struct {
+	t       *testing.T
+	dir     string
+	cfg     *config.Config
+	env     map[string]string
+	sp      *spool.Spool
+	builder *testBuilder
+	master  *cubemaster.Server
+	agent   *Agent
+	url     string
+	cancel  context.CancelFunc
+	done    chan error
+	logs    *syncBuffer
+	// watchdog is passed as systemd's watchdog interval when set.
+	watchdog time.Duration
+
+	notesMu sync.Mutex
+	notes   []string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newHarness(t *testing.T, mutate func(*config.Config)) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	master, err := cubemaster.Start(testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(master.Stop)
+	cfg := config.Default()
+	cfg.Common.HTTPBind, cfg.Common.HTTPPort = "127.0.0.1", 0
+	cfg.Store.Dir = filepath.Join(dir, "store")
+	cfg.Store.WorkDir = filepath.Join(dir, "work")
+	cfg.Spool.Path = filepath.Join(dir, "state", "spool.db")
+	cfg.Master.Addr = master.URL()
+	cfg.Master.Token = testToken
+	cfg.Master.RetryInitial = 20 * time.Millisecond
+	cfg.Master.RetryMax = 200 * time.Millisecond
+	cfg.Build.HeartbeatInterval = time.Hour
+	cfg.Shutdown.Timeout = 5 * time.Second
+	if mutate != nil {
+		mutate(cfg)
+	}
+	if err := os.MkdirAll(cfg.Store.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, dir: dir, cfg: cfg, master: master, builder: &testBuilder{store: rootfs.Store(cfg.Store.Dir)},
+		env: map[string]string{}, logs: &syncBuffer{}}
+	t.Cleanup(func() {
+		h.stop()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// start opens the spool and runs a fresh Agent on it.
+func (h *harness) start() {
+	h.t.Helper()
+	sp, err := spool.Open(context.Background(), h.cfg.Spool.Path)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.sp = sp
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.url = "http://" + ln.Addr().String()
+	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg := *h.cfg
+	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger,
+		Env:      func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
+		Watchdog: h.watchdog,
+		Notify: func(s string) {
+			h.notesMu.Lock()
+			h.notes = append(h.notes, s)
+			h.notesMu.Unlock()
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.done = make(chan error, 1)
+	go func() { h.done <- h.agent.Run(ctx, ln) }()
+	h.waitHealthy()
+}
+
+func (h *harness) waitHealthy() {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(h.url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.t.Fatalf("agent at %s never became healthy", h.url)
+}
+
+// stop stops the agent gracefully and closes its spool.
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("Run returned %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		h.t.Error("agent did not stop within 15s")
+	}
+	h.cancel = nil
+	h.sp.Close()
+}
+
+func (h *harness) notifications() []string {
+	h.notesMu.Lock()
+	defer h.notesMu.Unlock()
+	return append([]string(nil), h.notes...)
+}
+
+// buildBody is a valid build request for job id and image ref.
+func buildBody(id, ref string) map[string]any {
+	return map[string]any{
+		"job_id":            id,
+		"download_base_url": "10.0.0.1:8089",
+		"request": map[string]any{
+			"requestID": "req-" + id, "source_image_ref": ref, "writable_layer_size": "1Gi",
+			"instance_type": "cubebox", "network_type": "tap", "template_id": "tpl-" + id,
+			"unknown_future_field": map[string]any{"kept": true},
+		},
+	}
+}
+
+// post sends a JSON (or raw []byte) body with the test token.
+func (h *harness) post(path string, body any) (int, map[string]any) {
+	h.t.Helper()
+	return h.postWithToken(path, body, testToken)
+}
+
+func (h *harness) postWithToken(path string, body any, token string) (int, map[string]any) {
+	h.t.Helper()
+	data, ok := body.([]byte)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(http.MethodPost, h.url+path, bytes.NewReader(data))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set(api.TokenHeader, token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	json.Unmarshal(raw, &out)
+	return resp.StatusCode, out
+}
+
+func (h *harness) submit(id, ref string) {
+	h.t.Helper()
+	if code, body := h.post("/tc/api/v1/build", buildBody(id, ref)); code != http.StatusOK || body["status"] != "accepted" || body["job_id"] != id {
+		h.t.Fatalf("submit %s: %d %v, want 200 accepted", id, code, body)
+	}
+}
+
+func (h *harness) terminal(id string) cubemaster.Callback {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cb, err := h.master.WaitTerminal(ctx, id)
+	if err != nil {
+		h.t.Fatalf("terminal report of %s: %v", id, err)
+	}
+	return cb
+}
+
+// waitJob waits until the spool shows the job in state.
+func (h *harness) waitJob(id string, state spool.State) spool.Job {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		j, err := h.sp.Job(context.Background(), id)
+		if err == nil && j.State == state {
+			return j
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("job %s: state %s (err %v), want %s", id, j.State, err, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func statusPhases(cbs []cubemaster.Callback) []string {
+	var out []string
+	for _, c := range cbs {
+		switch {
+		case c.Field("status") != "":
+			out = append(out, fmt.Sprintf("%s/%s/%d", c.Field("status"), c.Field("phase"), c.Int("progress")))
+		case c.Field("template_spec_fingerprint") != "":
+			out = append(out, "fingerprint")
+		case c.Body["pull_total_bytes"] != nil:
+			out = append(out, "pull")
+		}
+	}
+	return out
+}

@@ -1,0 +1,291 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
+)
+
+// Handler is the agent's HTTP API.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /tc/api/v1/build", a.authorized(a.handleBuild))
+	mux.Handle("POST /tc/api/v1/artifact/delete", a.authorized(a.handleArtifactDelete))
+	mux.Handle("GET /tc/api/v1/jobs", a.authorized(a.handleJobs))
+	mux.Handle("GET /tc/api/v1/jobs/{id}", a.authorized(a.handleJob))
+	mux.HandleFunc("GET /health", a.handleHealth)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// authorized applies the shared-token rule, reading the policy per request.
+func (a *Agent) authorized(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := a.config().Master
+		if status, msg := (api.TokenPolicy{Token: m.Token, Insecure: m.InsecureNoToken}).Check(r); status != 0 {
+			writeError(w, status, msg)
+			return
+		}
+		h(w, r)
+	})
+}
+
+// readBody reads a request body up to the configured limit, answering 413
+// or 400 itself when it cannot.
+func (a *Agent) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	limit := int64(a.config().Common.MaxBodyBytes)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", limit))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "read request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// handleBuild accepts a build: the 200 goes out only once the job is
+// committed to the spool.
+func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
+	if a.stopping.Load() {
+		writeError(w, http.StatusServiceUnavailable, "template center is shutting down")
+		return
+	}
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	b, err := api.ParseBuild(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	log := a.logger.With("job_id", b.JobID)
+	// The commit must not depend on the caller staying connected: a job
+	// committed but unacknowledged is re-sent by CubeMaster and gets a 409.
+	ctx := context.WithoutCancel(r.Context())
+	job, err := a.spool.Enqueue(ctx, b.JobID, body, a.config().Build.QueueSize)
+	switch {
+	case errors.Is(err, spool.ErrJobExists) && job.State.Terminal():
+		if err := a.spool.Resend(ctx, b.JobID); err != nil {
+			log.Error("resend terminal report", "err", err)
+			writeError(w, http.StatusInternalServerError, "resend result of finished job: "+err.Error())
+			return
+		}
+		a.reporter.Wake()
+		log.Info("job already finished, result re-sent", "state", job.State)
+		writeJSON(w, http.StatusOK, map[string]string{"status": "accepted", "job_id": b.JobID})
+	case errors.Is(err, spool.ErrJobExists):
+		writeError(w, http.StatusConflict, "build job already in flight")
+	case errors.Is(err, spool.ErrQueueFull):
+		log.Warn("build queue is full, refusing job", "queue_size", a.config().Build.QueueSize)
+		writeError(w, http.StatusTooManyRequests, "build queue is full")
+	case err != nil:
+		log.Error("commit job", "err", err)
+		writeError(w, http.StatusInternalServerError, "commit job: "+err.Error())
+	default:
+		a.metrics.accepted.Inc()
+		a.exec.Wake()
+		log.Info("job accepted", "image", b.Template.SourceImageRef, "template_id", b.Template.TemplateID,
+			"request_id", b.Template.RequestID)
+		writeJSON(w, http.StatusOK, map[string]string{"status": "accepted", "job_id": b.JobID})
+	}
+}
+
+// handleArtifactDelete removes <store>/<artifact_id>/, idempotently.
+func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		ArtifactID string `json:"artifact_id"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+		return
+	}
+	id := strings.TrimSpace(req.ArtifactID)
+	switch {
+	case id == "":
+		writeError(w, http.StatusBadRequest, "artifact_id: required")
+		return
+	case !api.ValidArtifactID(id):
+		writeError(w, http.StatusBadRequest, "artifact_id: not a plain artifact id")
+		return
+	}
+	var delErr error
+	ran := a.exec.withArtifactIdle(id, func() {
+		delErr = removeArtifactDir(a.store.ArtifactDir(id))
+		if delErr == nil {
+			delErr = a.spool.DeleteArtifact(r.Context(), id)
+		}
+	})
+	switch {
+	case !ran:
+		writeError(w, http.StatusConflict, "artifact is being built")
+	case delErr != nil:
+		a.logger.Error("delete artifact", "artifact_id", id, "err", delErr)
+		writeError(w, http.StatusInternalServerError, delErr.Error())
+	default:
+		a.logger.Info("artifact deleted", "artifact_id", id)
+		writeJSON(w, http.StatusOK, map[string]string{"status": "deleted", "artifact_id": id})
+	}
+}
+
+// removeArtifactDir deletes an artifact directory; a symlink in its place is
+// removed itself, never followed.
+func removeArtifactDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	case fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir():
+		if err := os.Remove(dir); err != nil {
+			return fmt.Errorf("remove %s: %w", dir, err)
+		}
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// jobView is a job as the API shows it: never the request, which holds
+// credentials.
+type jobView struct {
+	JobID       string          `json:"job_id"`
+	State       spool.State     `json:"state"`
+	Phase       string          `json:"phase,omitempty"`
+	Progress    int             `json:"progress"`
+	Attempts    int             `json:"attempts"`
+	Fingerprint string          `json:"template_spec_fingerprint,omitempty"`
+	ArtifactID  string          `json:"artifact_id,omitempty"`
+	Error       string          `json:"error_message,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	StartedAt   *time.Time      `json:"started_at,omitempty"`
+	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+}
+
+// View renders a job for people and programs, without its request.
+func View(j spool.Job) any {
+	v := jobView{JobID: j.ID, State: j.State, Phase: j.Phase, Progress: j.Progress, Attempts: j.Attempts,
+		Fingerprint: j.Fingerprint, ArtifactID: j.ArtifactID, Error: j.Error, Result: j.Result,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
+	if !j.StartedAt.IsZero() {
+		v.StartedAt = &j.StartedAt
+	}
+	if !j.FinishedAt.IsZero() {
+		v.FinishedAt = &j.FinishedAt
+	}
+	return v
+}
+
+func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
+	j, err := a.spool.Job(r.Context(), r.PathValue("id"))
+	switch {
+	case errors.Is(err, spool.ErrNotFound):
+		writeError(w, http.StatusNotFound, "job not found")
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, View(j))
+	}
+}
+
+func (a *Agent) handleJobs(w http.ResponseWriter, r *http.Request) {
+	f := spool.JobFilter{State: spool.State(r.URL.Query().Get("state")), Limit: 100}
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 10000 {
+			writeError(w, http.StatusBadRequest, "limit: want 1..10000")
+			return
+		}
+		f.Limit = n
+	}
+	jobs, err := a.spool.Jobs(r.Context(), f)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	views := make([]any, 0, len(jobs))
+	for _, j := range jobs {
+		views = append(views, View(j))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": views})
+}
+
+// handleHealth is ready when the spool answers, the store is writable and
+// the agent is not stopping.
+func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
+	checks := map[string]bool{}
+	problems := map[string]string{}
+	check := func(name string, err error) {
+		checks[name] = err == nil
+		if err != nil {
+			problems[name] = err.Error()
+		}
+	}
+	check("spool", a.probe(r.Context(), 2*time.Second))
+	check("store", storeWritable(a.config().Store.Dir))
+	if a.stopping.Load() {
+		check("accepting", errors.New("shutting down"))
+	}
+	status, code := "ok", http.StatusOK
+	if len(problems) > 0 {
+		status, code = "not_ready", http.StatusServiceUnavailable
+	}
+	body := map[string]any{"status": status, "checks": checks}
+	if len(problems) > 0 {
+		body["errors"] = problems
+	}
+	writeJSON(w, code, body)
+}
+
+// storeWritable checks the store directory exists and may be written (a
+// read-only mount fails too).
+func storeWritable(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("store %s is not a directory", dir)
+	}
+	if err := unix.Access(dir, unix.W_OK); err != nil {
+		return fmt.Errorf("store %s is not writable: %w", dir, err)
+	}
+	return nil
+}

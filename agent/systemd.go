@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+)
+
+// SystemdNotifier returns a Notifier speaking sd_notify(3) to NOTIFY_SOCKET;
+// it does nothing when the variable is unset.
+func SystemdNotifier(logger *slog.Logger) Notifier {
+	return func(state string) {
+		if _, err := daemon.SdNotify(false, state); err != nil {
+			logger.Debug("sd_notify", "state", state, "err", err)
+		}
+	}
+}
+
+// watchdog pings systemd at half the watchdog interval, but only after the
+// spool proves it answers: a wedged agent stops pinging and gets restarted.
+func (a *Agent) watchdog(ctx context.Context) {
+	if a.watchdogInterval <= 0 {
+		return
+	}
+	period := a.watchdogInterval / 2
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		if err := a.probe(ctx, period/2); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.logger.Error("health probe failed, withholding watchdog ping", "err", err)
+		} else {
+			a.notify("WATCHDOG=1")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// probe pings the spool, giving up after limit even if the driver does not.
+func (a *Agent) probe(ctx context.Context, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.spool.Ping(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("spool did not answer within %s", limit)
+	}
+}
+
+// Reload re-reads the configuration and applies what can change live (log
+// level, concurrency, queue size, heartbeat, CubeMaster address, callback
+// tuning). An invalid file is refused and the running configuration stays.
+func (a *Agent) Reload() error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	a.notify("RELOADING=1\nMONOTONIC_USEC=" + daemon.SdNotifyMonotonicUsec())
+	defer a.notify("READY=1")
+	next, err := config.Load(a.env, a.logger)
+	if err != nil {
+		a.logger.Error("configuration reload refused, keeping the running configuration", "err", err)
+		return err
+	}
+	cur := a.config()
+	if keys := cur.RestartOnly(next); len(keys) > 0 {
+		a.logger.Warn("configuration changes that need a restart were not applied", "keys", keys)
+		next.Common, next.Store, next.Spool.Path = cur.Common, cur.Store, cur.Spool.Path
+		next.Master.Token, next.Master.InsecureNoToken = cur.Master.Token, cur.Master.InsecureNoToken
+	}
+	level, _ := config.ParseLevel(next.Log.Level)
+	a.level.Set(level)
+	a.cfg.Store(next)
+	a.exec.Wake()
+	a.reporter.Wake()
+	a.logger.Info("configuration reloaded", "log_level", next.Log.Level, "max_concurrent_builds", next.Build.MaxConcurrentBuilds,
+		"queue_size", next.Build.QueueSize, "heartbeat_interval", next.Build.HeartbeatInterval, "master", next.Master.Addr)
+	return nil
+}
+
+// WatchConfig calls reload whenever the file at path changes, including
+// editors' write-to-temp-and-rename, until ctx ends. It watches the parent
+// directory, since a rename replaces the file's inode.
+func WatchConfig(ctx context.Context, path string, logger *slog.Logger, reload func()) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch config: %w", err)
+	}
+	dir, name := filepath.Split(filepath.Clean(path))
+	if dir == "" {
+		dir = "."
+	}
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return fmt.Errorf("watch config directory %s: %w", dir, err)
+	}
+	go func() {
+		defer w.Close()
+		// Editors emit bursts (truncate, write, chmod, rename): settle first.
+		var settle <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if filepath.Base(ev.Name) == name && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Chmod) != 0 {
+					settle = time.After(250 * time.Millisecond)
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				logger.Warn("config watcher", "err", err)
+			case <-settle:
+				settle = nil
+				if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+					continue // mid-rename; the Create event follows
+				}
+				reload()
+			}
+		}
+	}()
+	return nil
+}

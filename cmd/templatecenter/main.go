@@ -1,0 +1,74 @@
+// Command templatecenter is CubeTemplateCenter: with no arguments it serves
+// the build API CubeMaster calls; its subcommands inspect the spool and build
+// or inspect template images without an agent.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+// errUsage marks a command-line mistake: exit code 2.
+var errUsage = errors.New("usage")
+
+const usage = `Usage: templatecenter [COMMAND] [ARGS]
+
+CubeTemplateCenter turns OCI images into ext4 template root filesystems for
+Cube Sandbox microVMs.
+
+Commands:
+  serve              run the agent (the default when no command is given)
+  jobs [list]        list jobs in the spool (read-only; safe while the agent runs)
+  jobs show JOB_ID   show one job and its pending reports
+  version            print the version
+
+The agent reads its configuration from the YAML file named by
+CUBE_TEMPLATE_CENTER_CONFIG_PATH (built-in defaults when unset); see the
+README for keys and environment overrides.
+`
+
+func main() {
+	os.Exit(exitCode(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "templatecenter:", err)
+		return 1
+	}
+}
+
+// Run executes one command line.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stderr)
+	case "jobs":
+		return jobs(ctx, args, stdout)
+	case "version", "--version", "-version", "-v":
+		fmt.Fprintln(stdout, "templatecenter", Version)
+		return nil
+	case "help", "--help", "-help", "-h":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
+)
+
+// newLogger builds the process logger: plain key=value lines, without
+// timestamps when journald (JOURNAL_STREAM) adds its own.
+func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
+	underJournal := os.Getenv("JOURNAL_STREAM") != ""
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if underJournal && len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) > 0 {
+		return fmt.Errorf("%w: serve takes no arguments (configure with %s)", errUsage, config.PathEnv)
+	}
+	level := new(slog.LevelVar)
+	boot := newLogger(stderr, "text", level)
+	cfg, err := config.Load(os.LookupEnv, boot)
+	if err != nil {
+		return fmt.Errorf("load configuration: %w", err)
+	}
+	lv, _ := config.ParseLevel(cfg.Log.Level)
+	level.Set(lv)
+	logger := newLogger(stderr, cfg.Log.Format, level)
+	logger.Info("templatecenter", "version", Version, "pid", os.Getpid())
+
+	ln, err := listener(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	for _, dir := range []string{cfg.Store.Dir, cfg.Store.WorkDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	sp, err := spool.Open(ctx, cfg.Spool.Path)
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	builder, err := newBuilder(cfg)
+	if err != nil {
+		return err
+	}
+	watchdog, err := daemon.SdWatchdogEnabled(false)
+	if err != nil {
+		logger.Warn("read systemd watchdog settings", "err", err)
+	}
+	a := agent.New(agent.Options{Config: cfg, Env: os.LookupEnv, Spool: sp, Builder: builder,
+		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog})
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(signals)
+	go func() {
+		stopping := false
+		for s := range signals {
+			switch {
+			case s == syscall.SIGHUP:
+				logger.Info("SIGHUP: reloading configuration")
+				a.Reload()
+			case !stopping:
+				stopping = true
+				logger.Info("signal received, stopping", "signal", s.String())
+				stop()
+			default:
+				a.Abort()
+			}
+		}
+	}()
+	if path, ok := os.LookupEnv(config.PathEnv); ok && strings.TrimSpace(path) != "" {
+		if err := agent.WatchConfig(runCtx, path, logger, func() {
+			logger.Info("configuration file changed, reloading", "path", path)
+			a.Reload()
+		}); err != nil {
+			logger.Warn("configuration file will not be watched; SIGHUP still reloads", "err", err)
+		}
+	}
+	return a.Run(runCtx, ln)
+}
+
+// listener takes the socket systemd passed (socket activation) or listens
+// on common.http_bind:common.http_port.
+func listener(cfg *config.Config, logger *slog.Logger) (net.Listener, error) {
+	named, err := activation.ListenersWithNames()
+	if err != nil {
+		return nil, fmt.Errorf("take systemd sockets: %w", err)
+	}
+	var inherited []net.Listener
+	for name, lns := range named {
+		for _, ln := range lns {
+			if ln == nil {
+				continue
+			}
+			logger.Info("using socket passed by systemd", "name", name, "addr", ln.Addr().String())
+			inherited = append(inherited, ln)
+		}
+	}
+	switch len(inherited) {
+	case 0:
+	case 1:
+		return inherited[0], nil
+	default:
+		for _, ln := range inherited {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("systemd passed %d listening sockets, want one", len(inherited))
+	}
+	ln, err := net.Listen("tcp", cfg.ListenAddr())
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (common.http_bind/common.http_port): %w", cfg.ListenAddr(), err)
+	}
+	return ln, nil
+}

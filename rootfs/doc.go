@@ -1,0 +1,10 @@
+// Package rootfs turns an OCI image into a published ext4 template image:
+// it resolves the image, fetches its layers through a digest-verified cache,
+// flattens them onto an in-memory tree whose file data streams straight into
+// the ext4 writer, injects envd and the egress CA, and publishes the result
+// atomically in the artifact store. Nothing from an image is ever written to
+// the host filesystem except the ext4 file itself.
+//
+// The package knows nothing of HTTP, CubeMaster or the spool: the agent
+// drives it and turns its progress values into reports.
+package rootfs

@@ -1,0 +1,89 @@
+package rootfs
+
+import "time"
+
+// Source names the image to build from.
+type Source struct {
+	// Ref is a registry reference ("docker.io/library/debian:12",
+	// "http://host:5000/x:y") or an offline source ("oci-layout:DIR[:TAG]",
+	// "docker-archive:FILE.tar").
+	Ref      string
+	Username string
+	Password string
+}
+
+// ImageConfig is the part of the image configuration the template keeps.
+type ImageConfig struct {
+	Entrypoint []string `json:"Entrypoint"`
+	Cmd        []string `json:"Cmd"`
+	Env        []string `json:"Env"`
+	WorkingDir string   `json:"WorkingDir"`
+	User       string   `json:"User"`
+}
+
+// Image is a resolved image: its manifest and configuration are known, its
+// layers not yet fetched.
+type Image struct {
+	// Digest is "<repository>@sha256:<manifest digest>".
+	Digest string
+	Config ImageConfig
+	// CompressedSize is the sum of the layer sizes in the manifest.
+	CompressedSize int64
+	// Created is the image creation time (zero when unknown).
+	Created time.Time
+	// handle is the source-specific state Build continues from.
+	handle any
+}
+
+// CA is the egress root certificate to bake into images.
+type CA struct {
+	PEM []byte
+	DER []byte
+	// Fingerprint is hex(sha256(DER)).
+	Fingerprint string
+}
+
+// Spec is everything one build needs beyond the image.
+type Spec struct {
+	Image       *Image
+	ArtifactID  string
+	Fingerprint string
+	// Envd is the guest agent binary to install, nil for none.
+	Envd []byte
+	// CA is the egress CA to bake, nil for none.
+	CA *CA
+}
+
+// Progress is a snapshot of a running build. Percent runs from 40 (start of
+// the image build) to 99; Pull is set while layers download.
+type Progress struct {
+	Percent int
+	Pull    *PullProgress
+}
+
+// PullProgress is the state of the layer downloads.
+type PullProgress struct {
+	TotalBytes      int64
+	DownloadedBytes int64
+	TotalLayers     int
+	CompletedLayers int
+	SpeedBPS        int64
+	// Done is set on the final report of the download phase.
+	Done bool
+}
+
+// ProgressFunc receives progress; it must not block.
+type ProgressFunc func(Progress)
+
+// Artifact is a published template image.
+type Artifact struct {
+	ID     string
+	Path   string
+	SHA256 string
+	Size   int64
+	// ModTime of the published file, recorded to detect later changes.
+	ModTime time.Time
+	// CA reports what baking the egress CA did.
+	CABaked   bool
+	CATargets int
+}
