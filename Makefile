@@ -1,0 +1,54 @@
+# CubeTemplateCenter. `make demo` and `make test` are all a newcomer needs.
+
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.Version=$(VERSION)
+BIN     := bin/templatecenter
+
+# Debian packages the tests use: e2fsprogs (e2fsck, debugfs), systemd
+# (systemd-socket-activate), docker-registry (a real registry server),
+# umoci (an independent reference unpacker), attr (getfattr).
+TEST_PACKAGES := e2fsprogs systemd docker-registry umoci attr
+TEST_TOOLS    := e2fsck debugfs systemd-socket-activate docker-registry umoci getfattr
+
+.PHONY: all build demo test test-unit vet fmt-check deps clean
+
+all: build
+
+build: $(BIN)
+
+$(BIN): FORCE
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/templatecenter
+
+FORCE:
+
+## demo: build a template from a generated sample image through the agent and a CubeMaster stand-in.
+demo: build
+	$(GO) run ./cmd/tcdemo -templatecenter $(BIN) -out .demo
+
+## test: everything CI runs (installs missing Debian test packages when root).
+test: deps fmt-check vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+test-unit:
+	$(GO) test -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## deps: install the Debian packages the tests need, if any tool is missing.
+deps:
+	@missing=""; for t in $(TEST_TOOLS); do \
+	  command -v $$t >/dev/null 2>&1 || [ -x /usr/sbin/$$t ] || [ -x /sbin/$$t ] || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "missing test tools:$$missing"; \
+	  if [ "$$(id -u)" -ne 0 ]; then echo "run as root, or: sudo apt-get install -y $(TEST_PACKAGES)"; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEST_PACKAGES); \
+	fi
+
+clean:
+	rm -rf bin .demo
