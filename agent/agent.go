@@ -37,6 +37,8 @@ type Agent struct {
 	notify           Notifier
 	watchdogInterval time.Duration
 
+	// ready is set once the agent serves; stopping once it stops.
+	ready    atomic.Bool
 	stopping atomic.Bool
 	// abort cuts a graceful stop short (second SIGTERM).
 	abortOnce sync.Once
@@ -141,6 +143,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	defer stopLoops()
 	go a.watchdog(loopCtx)
 	go a.statusLoop(loopCtx)
+	a.ready.Store(true)
 	a.notify("READY=1")
 	a.logger.Info("ready")
 

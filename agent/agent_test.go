@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -725,9 +726,18 @@ func TestReloadAppliesValidAndRefusesInvalid(t *testing.T) {
 	if h.agent.config().Build.MaxConcurrentBuilds != 5 {
 		t.Error("an invalid reload changed the running configuration")
 	}
-	notes := strings.Join(h.notifications(), "|")
-	if strings.Count(notes, "RELOADING=1") != 2 || !strings.Contains(notes, "MONOTONIC_USEC=") {
-		t.Errorf("notifications = %s", notes)
+	reloading := regexp.MustCompile(`^RELOADING=1\nMONOTONIC_USEC=[0-9]+\n?$`)
+	n := 0
+	for _, note := range h.notifications() {
+		if strings.HasPrefix(note, "RELOADING") {
+			n++
+			if !reloading.MatchString(note) {
+				t.Errorf("reload notification %q is malformed", note)
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d RELOADING notifications, want 2: %q", n, h.notifications())
 	}
 	// The reloaded CubeMaster address is used for the next report.
 	other, err := cubemaster.Start(testToken)

@@ -71,7 +71,12 @@ func (a *Agent) probe(ctx context.Context, limit time.Duration) error {
 func (a *Agent) Reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	a.notify("RELOADING=1\nMONOTONIC_USEC=" + daemon.SdNotifyMonotonicUsec())
+	if !a.ready.Load() || a.stopping.Load() {
+		a.logger.Warn("configuration reload ignored: the agent is not serving")
+		return nil
+	}
+	// SdNotifyMonotonicUsec returns the whole "MONOTONIC_USEC=...\n" line.
+	a.notify("RELOADING=1\n" + daemon.SdNotifyMonotonicUsec())
 	defer a.notify("READY=1")
 	next, err := config.Load(a.env, a.logger)
 	if err != nil {

@@ -144,19 +144,20 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) {
 	s := r.settings()
 	log := r.logger.With("job_id", rep.JobID, "report", rep.Kind, "attempt", rep.Attempts+1)
 	status, body, err := r.post(ctx, s, rep)
-	if ctx.Err() != nil {
-		return // stopping: the report stays in the outbox as it was
-	}
 	// Bookkeeping must land even if ctx ends now.
 	store := context.WithoutCancel(ctx)
-	switch {
-	case err == nil && status/100 == 2:
+	if err == nil && status/100 == 2 {
 		r.observe(OutcomeDelivered, rep.Terminal)
 		log.Debug("report delivered", "status", status)
 		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
 			log.Error("remove delivered report", "err", err)
 		}
 		return
+	}
+	if ctx.Err() != nil {
+		return // stopping: the report stays in the outbox as it was
+	}
+	switch {
 	case err == nil && !retryable(status):
 		r.observe(OutcomeDropped, rep.Terminal)
 		log.Error("report refused by CubeMaster, dropping it", "status", status, "body", snippet(body))
