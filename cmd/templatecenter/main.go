@@ -26,6 +26,8 @@ Commands:
   serve              run the agent (the default when no command is given)
   jobs [list]        list jobs in the spool (read-only; safe while the agent runs)
   jobs show JOB_ID   show one job and its pending reports
+  inspect IMG [PATH] list a directory (default /) or print a file of a template
+                     image, without mounting it
   version            print the version
 
 The agent reads its configuration from the YAML file named by
@@ -61,6 +63,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args, stderr)
 	case "jobs":
 		return jobs(ctx, args, stdout)
+	case "inspect":
+		return inspectImage(ctx, args, stdout)
 	case "version", "--version", "-version", "-v":
 		fmt.Fprintln(stdout, "templatecenter", Version)
 		return nil

@@ -1,0 +1,146 @@
+// Package inspect reads a finished ext4 template image without mounting it
+// (through github.com/diskfs/go-diskfs), for the `templatecenter inspect`
+// command and for read-back checks in tests. It never writes to the image.
+package inspect
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/filesystem/ext4"
+)
+
+// Image is an ext4 image opened read-only.
+type Image struct {
+	f  *os.File
+	fs *ext4.FileSystem
+}
+
+// Entry is one directory entry with its inode's metadata.
+type Entry struct {
+	Name    string
+	Mode    iofs.FileMode
+	UID     uint32
+	GID     uint32
+	Size    int64
+	ModTime time.Time
+	Nlink   uint16
+	Inode   uint32
+	// LinkTarget is set for symlinks.
+	LinkTarget string
+	// Major and Minor are set for device nodes.
+	Major, Minor uint32
+}
+
+// Open opens the image at path read-only.
+func Open(imagePath string) (*Image, error) {
+	f, err := os.Open(imagePath)
+	if err != nil {
+		return nil, fmt.Errorf("open image: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat image: %w", err)
+	}
+	fs, err := ext4.Read(file.New(f, true), fi.Size(), 0, 512)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read ext4 filesystem in %s: %w", imagePath, err)
+	}
+	return &Image{f: f, fs: fs}, nil
+}
+
+// Close releases the image file.
+func (im *Image) Close() error { return im.f.Close() }
+
+// fsPath maps an absolute image path ("/etc/passwd", "/") to the form the
+// reader takes ("etc/passwd", ".").
+func fsPath(p string) (string, error) {
+	clean := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if clean == "" {
+		clean = "."
+	}
+	if !iofs.ValidPath(clean) {
+		return "", fmt.Errorf("invalid path %q", p)
+	}
+	return clean, nil
+}
+
+// Stat describes the inode at p.
+func (im *Image) Stat(p string) (Entry, error) {
+	fp, err := fsPath(p)
+	if err != nil {
+		return Entry{}, err
+	}
+	if fp == "." {
+		return Entry{Name: "/", Mode: iofs.ModeDir | 0o755}, nil
+	}
+	fi, err := im.fs.Stat(fp)
+	if err != nil {
+		return Entry{}, fmt.Errorf("stat %s: %w", p, err)
+	}
+	return entryOf(path.Base(fp), fi), nil
+}
+
+// List returns the entries of the directory at p, sorted by name.
+func (im *Image) List(p string) ([]Entry, error) {
+	fp, err := fsPath(p)
+	if err != nil {
+		return nil, err
+	}
+	des, err := im.fs.ReadDir(fp)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", p, err)
+	}
+	out := make([]Entry, 0, len(des))
+	for _, de := range des {
+		// Stat, unlike the listing's Info, carries the permission bits.
+		fi, err := im.fs.Stat(path.Join(fp, de.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", path.Join(p, de.Name()), err)
+		}
+		out = append(out, entryOf(de.Name(), fi))
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func entryOf(name string, fi iofs.FileInfo) Entry {
+	e := Entry{Name: name, Mode: fi.Mode(), Size: fi.Size(), ModTime: fi.ModTime()}
+	if st, ok := fi.Sys().(*ext4.StatT); ok && st != nil {
+		e.UID, e.GID, e.Nlink, e.Inode = st.UID, st.GID, st.Nlink, st.Ino
+		e.LinkTarget, e.Major, e.Minor = st.LinkTarget, st.Major, st.Minor
+	}
+	return e
+}
+
+// ReadFile returns the content of the regular file at p.
+func (im *Image) ReadFile(p string) ([]byte, error) {
+	e, err := im.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !e.Mode.IsRegular() {
+		return nil, fmt.Errorf("read %s: not a regular file (%s)", p, e.Mode.Type())
+	}
+	fp, _ := fsPath(p)
+	f, err := im.fs.OpenFile(fp, os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, e.Size))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return data, nil
+}
