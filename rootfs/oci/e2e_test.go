@@ -1,0 +1,37 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/registrytest"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// TestDistributionRegistry pushes to Debian's docker-registry (distribution
+// 2.8, htpasswd auth) and fetches the image back through the cache.
+func TestDistributionRegistry(t *testing.T) {
+	const user, pass = "builder", "Reg-Pa55-e2e"
+	reg := registrytest.Start(t, registrytest.Options{Username: user, Password: pass})
+	img := testImage(t, 3, 64<<10)
+	push(t, reg.Ref("team/app:v1"), img, remote.WithAuth(reg.Auth()))
+	want := compressedLayers(t, img)
+
+	p := newTestPuller(t, Options{})
+	got := fetchAll(t, p, Source{Ref: reg.Ref("team/app:v1"), Username: user, Password: pass}, want)
+	checkImage(t, got, img, reg.Host+"/team/app")
+	byDigest := fetchAll(t, p, Source{Ref: reg.Ref("team/app@" + got.ManifestDigest.String()), Username: user, Password: pass}, want)
+	if byDigest.Digest != got.Digest {
+		t.Errorf("digest ref resolved to %q, tag to %q", byDigest.Digest, got.Digest)
+	}
+
+	_, err := p.Resolve(context.Background(), Source{Ref: reg.Ref("team/app:v1"), Username: user, Password: "wrong"})
+	if !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("Resolve with a wrong password: error = %v, want ErrUnauthorized", err)
+	}
+	_, err = p.Resolve(context.Background(), Source{Ref: reg.Ref("team/missing:v1"), Username: user, Password: pass})
+	if !errors.Is(err, ErrNotFound) {
+		t.Errorf("Resolve of a missing image: error = %v, want ErrNotFound", err)
+	}
+}

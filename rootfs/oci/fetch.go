@@ -1,0 +1,340 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// progressInterval is the minimum time between two progress callbacks.
+const progressInterval = 500 * time.Millisecond
+
+// attemptsPerPlace is how often a blob download is tried at one place when it
+// fails with a transient error (connection reset, truncated body, 5xx).
+const attemptsPerPlace = 3
+
+// Progress is a snapshot of a Fetch.
+type Progress struct {
+	// TotalBytes is the image's compressed size (sum of manifest layer sizes).
+	TotalBytes int64
+	// DownloadedBytes counts bytes written into the cache plus the size of
+	// layers found there; it never decreases and equals TotalBytes at the end.
+	DownloadedBytes int64
+	// TotalLayers is the number of layers in the manifest.
+	TotalLayers int
+	// CompletedLayers counts layers verified in the cache.
+	CompletedLayers int
+	// SpeedBPS is the transfer rate in bytes per second: over the last
+	// interval in intermediate reports, over the whole Fetch in the final one.
+	SpeedBPS int64
+}
+
+// blobSource is where an image's blobs come from.
+type blobSource interface {
+	// key identifies the source; a waiter retries a shared download itself
+	// when the leader read from another source and failed.
+	key() string
+	// openers lists the places blob d can be read from, in the order to try.
+	openers(d v1.Hash) []blobOpener
+}
+
+// blobOpener opens a blob at one place. The bytes are not trusted: the cache
+// checks size and digest while writing them.
+type blobOpener struct {
+	where string // repository or offline reference, for messages
+	host  string // registry host ("" offline), for authentication messages
+	open  func(ctx context.Context) (io.ReadCloser, error)
+}
+
+// Layers holds cache pins on the layer blobs of one image, in manifest order.
+// Close it when done; pinned blobs are never evicted.
+type Layers struct {
+	cache   *blobCache
+	layers  []Layer
+	pinned  []string
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// Len returns the number of layers.
+func (l *Layers) Len() int { return len(l.layers) }
+
+// Open returns the compressed blob of layer i (manifest order, bottom first),
+// whose size and sha256 were verified when it entered the cache or on its
+// first use by this process. Layer.MediaType tells its compression.
+func (l *Layers) Open(i int) (io.ReadCloser, error) {
+	l.closeMu.Lock()
+	closed := l.closed
+	l.closeMu.Unlock()
+	if closed {
+		return nil, errors.New("open layer: layers closed")
+	}
+	if i < 0 || i >= len(l.layers) {
+		return nil, fmt.Errorf("open layer: index %d out of range [0,%d)", i, len(l.layers))
+	}
+	f, err := os.Open(l.cache.path(l.layers[i].Digest.Hex))
+	if err != nil {
+		return nil, fmt.Errorf("open layer %d: %w", i, err)
+	}
+	return f, nil
+}
+
+// Close unpins the blobs; readers already open stay valid.
+func (l *Layers) Close() error {
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	l.cache.unpin(l.pinned)
+	return nil
+}
+
+// Fetch brings every layer of img into the cache, at most Options.Jobs at a
+// time, and pins them. A blob shared with a concurrent Fetch is downloaded
+// once. progress, if not nil, is called from one goroutine at a time, at most
+// every 500 ms while bytes move and once more at the end of a successful
+// Fetch. On error nothing stays pinned and no temp file is left.
+func (p *Puller) Fetch(ctx context.Context, img *Image, progress func(Progress)) (*Layers, error) {
+	if img == nil || img.src == nil {
+		return nil, errors.New("fetch: image was not returned by Resolve")
+	}
+	// One job per distinct blob; a repeated layer counts once per use.
+	type job struct {
+		layer Layer
+		uses  int
+	}
+	var jobs []*job
+	byHex := make(map[string]*job)
+	for _, l := range img.Layers {
+		if j := byHex[l.Digest.Hex]; j != nil {
+			j.uses++
+			continue
+		}
+		j := &job{layer: l, uses: 1}
+		byHex[l.Digest.Hex] = j
+		jobs = append(jobs, j)
+	}
+
+	tr := newTracker(img)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var (
+		mu       sync.Mutex
+		firstErr error
+		pinned   []string
+	)
+	work := make(chan *job)
+	var wg sync.WaitGroup
+	for range min(p.jobs, max(len(jobs), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				if ctx.Err() != nil {
+					continue
+				}
+				lt := tr.layer(j.layer.Size, j.uses)
+				_, err := p.cache.acquire(ctx, j.layer.Digest.Hex, j.layer.Size, img.src.key(),
+					func(ctx context.Context) error { return p.download(ctx, img.src, j.layer, lt) })
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil || (isCtxErr(firstErr) && !isCtxErr(err)) {
+						firstErr = err
+					}
+					cancel()
+				} else {
+					pinned = append(pinned, j.layer.Digest.Hex)
+					lt.complete()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+
+	stopTicker := make(chan struct{})
+	tickerDone := make(chan struct{})
+	go func() {
+		defer close(tickerDone)
+		if progress == nil {
+			<-stopTicker
+			return
+		}
+		t := time.NewTicker(progressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopTicker:
+				return
+			case <-t.C:
+				progress(tr.snapshot(false))
+			}
+		}
+	}()
+
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	close(stopTicker)
+	<-tickerDone
+
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = fmt.Errorf("fetch: %w", ctx.Err())
+	}
+	if firstErr != nil {
+		p.cache.unpin(pinned)
+		return nil, redact(firstErr, img.secrets...)
+	}
+	if progress != nil {
+		progress(tr.snapshot(true))
+	}
+	return &Layers{cache: p.cache, layers: img.Layers, pinned: pinned}, nil
+}
+
+// download writes one blob into the cache, trying each place the source
+// offers (transient failures a few times each) until one yields the right
+// bytes.
+func (p *Puller) download(ctx context.Context, src blobSource, l Layer, lt *layerTracker) error {
+	var errs []error
+	for _, o := range src.openers(l.Digest) {
+		what := fmt.Sprintf("fetch layer %s from %s", l.Digest, o.where)
+		for attempt := 1; ; attempt++ {
+			err := p.downloadFrom(ctx, o, l, lt)
+			if err == nil {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: %w", what, ctx.Err())
+			}
+			if attempt < attemptsPerPlace && isTransient(err) {
+				if werr := sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond); werr != nil {
+					return fmt.Errorf("%s: %w", what, werr)
+				}
+				continue
+			}
+			errs = append(errs, classify(err, what, o.host))
+			break
+		}
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("fetch layer %s: no source", l.Digest)
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Puller) downloadFrom(ctx context.Context, o blobOpener, l Layer, lt *layerTracker) error {
+	rc, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return p.cache.write(ctx, l.Digest.Hex, l.Size, rc, lt.wrote)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// tracker sums the progress of one Fetch.
+type tracker struct {
+	start       time.Time
+	totalBytes  int64
+	totalLayers int
+	done        atomic.Int64 // credited bytes, monotone
+	net         atomic.Int64 // bytes actually copied, for the speed
+	completed   atomic.Int64
+
+	// Used by the ticker goroutine only.
+	lastNet  int64
+	lastTick time.Time
+}
+
+func newTracker(img *Image) *tracker {
+	now := time.Now()
+	return &tracker{start: now, lastTick: now, totalBytes: img.CompressedSize, totalLayers: len(img.Layers)}
+}
+
+// layerTracker credits one distinct blob used uses times in the manifest.
+type layerTracker struct {
+	t        *tracker
+	size     int64
+	uses     int
+	credited atomic.Int64 // bytes of this blob already counted in t.done
+	last     atomic.Int64 // position in the current attempt, for t.net
+}
+
+func (t *tracker) layer(size int64, uses int) *layerTracker {
+	return &layerTracker{t: t, size: size, uses: uses}
+}
+
+// wrote records the position reached by the current download attempt. A
+// retry starts again at 0; only progress beyond the best attempt so far is
+// credited, so DownloadedBytes never goes back.
+func (lt *layerTracker) wrote(pos int64) {
+	prev := lt.last.Swap(pos)
+	if pos > prev {
+		lt.t.net.Add(pos - prev)
+	} else {
+		lt.t.net.Add(pos)
+	}
+	pos = min(pos, lt.size)
+	for {
+		c := lt.credited.Load()
+		if pos <= c {
+			return
+		}
+		if lt.credited.CompareAndSwap(c, pos) {
+			lt.t.done.Add(pos - c)
+			return
+		}
+	}
+}
+
+// complete credits the rest of the blob for every use of it.
+func (lt *layerTracker) complete() {
+	total := lt.size * int64(lt.uses)
+	c := lt.credited.Swap(total)
+	lt.t.done.Add(total - c)
+	lt.t.completed.Add(int64(lt.uses))
+}
+
+func (t *tracker) snapshot(final bool) Progress {
+	now := time.Now()
+	net := t.net.Load()
+	var speed int64
+	if final {
+		if el := now.Sub(t.start).Seconds(); el > 0 {
+			speed = int64(float64(net) / el)
+		}
+	} else {
+		if el := now.Sub(t.lastTick).Seconds(); el > 0 {
+			speed = int64(float64(net-t.lastNet) / el)
+		}
+		t.lastNet, t.lastTick = net, now
+	}
+	return Progress{
+		TotalBytes:      t.totalBytes,
+		DownloadedBytes: t.done.Load(),
+		TotalLayers:     t.totalLayers,
+		CompletedLayers: int(t.completed.Load()),
+		SpeedBPS:        speed,
+	}
+}

@@ -1,0 +1,391 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Defaults and limits of Options.
+const (
+	// DefaultCacheQuotaBytes is the cache size used when Options.CacheQuotaBytes is 0.
+	DefaultCacheQuotaBytes = 20 << 30
+	// DefaultJobs is the number of parallel layer downloads when Options.Jobs is 0.
+	DefaultJobs = 6
+	// MaxJobs caps Options.Jobs.
+	MaxJobs = 32
+)
+
+// Options configure a Puller.
+type Options struct {
+	// CacheDir holds the blob cache in <CacheDir>/blobs/sha256/<hex>; required.
+	// One Puller at a time may use it (New takes a lock).
+	CacheDir string
+	// CacheQuotaBytes is the size the cache is LRU-evicted down to
+	// (DefaultCacheQuotaBytes when 0). Blobs pinned by open Layers are never
+	// evicted, so the cache can exceed it while large builds run.
+	CacheQuotaBytes int64
+	// Platform picks the image of a multi-platform index; the default is
+	// linux/<runtime.GOARCH>. A Variant, when set, must match too.
+	Platform v1.Platform
+	// Mirrors maps a registry host (as in references: docker.io, quay.io,
+	// host:port) to mirrors tried first, in order, before the registry
+	// itself. A mirror is host[:port][/path-prefix], optionally written
+	// http://... for plain HTTP. Mirrors get keychain credentials only; the
+	// Source's username and password go to the original registry alone.
+	Mirrors map[string][]string
+	// Insecure lists registry hosts spoken to over plain HTTP, besides
+	// references written http://... .
+	Insecure []string
+	// Jobs bounds parallel layer downloads per Fetch (DefaultJobs when 0,
+	// at most MaxJobs).
+	Jobs int
+	// Keychain supplies credentials when a Source has none
+	// (authn.DefaultKeychain when nil: docker's config.json, DOCKER_CONFIG
+	// honoured, and credential helpers).
+	Keychain authn.Keychain
+	// Transport carries all registry traffic (a clone of
+	// remote.DefaultTransport when nil).
+	Transport http.RoundTripper
+	// LocalRoots lists the directories offline sources (oci-layout:,
+	// docker-archive:) must lie under, after resolving symlinks. When empty,
+	// offline sources are refused: a build request must not read arbitrary
+	// files of the node.
+	LocalRoots []string
+}
+
+// Source is what a build asks for: an image reference and optional registry
+// credentials.
+type Source struct {
+	Ref      string
+	Username string
+	Password string
+}
+
+// ImageConfig is the part of the image config a template keeps; the JSON keys
+// are those of upstream's DockerImageConfig.
+type ImageConfig struct {
+	Entrypoint []string `json:"Entrypoint"`
+	Cmd        []string `json:"Cmd"`
+	Env        []string `json:"Env"`
+	WorkingDir string   `json:"WorkingDir"`
+	User       string   `json:"User"`
+}
+
+// Layer describes one layer blob of an image's manifest.
+type Layer struct {
+	Digest    v1.Hash
+	Size      int64
+	MediaType types.MediaType
+}
+
+// Image is a resolved image: identity, config and layer list. Fetch uses the
+// unexported fields to download the layers from where the manifest came.
+type Image struct {
+	// Digest is "<repository>@sha256:<manifest digest>" as upstream's native
+	// mode writes it (index.docker.io/ shown as docker.io/). For a
+	// multi-platform index it is the digest of the chosen platform's manifest.
+	// Offline sources use the reference without tag or digest in place of the
+	// repository: "oci-layout:/srv/img@sha256:…", "docker-archive:/srv/a.tar@sha256:…".
+	Digest string
+	// ManifestDigest is the manifest digest alone.
+	ManifestDigest v1.Hash
+	// Config holds Entrypoint, Cmd, Env, WorkingDir and User.
+	Config ImageConfig
+	// Created is the image config's "created" time (zero if absent).
+	Created time.Time
+	// Layers lists the layer blobs in manifest order (bottom first).
+	Layers []Layer
+	// CompressedSize is the sum of the layer sizes in the manifest.
+	CompressedSize int64
+
+	src     blobSource
+	secrets []string
+}
+
+// Puller resolves images and fetches their layers into the shared cache.
+// It is safe for concurrent use.
+type Puller struct {
+	platform   v1.Platform
+	mirrors    map[string][]mirror
+	insecure   map[string]bool
+	jobs       int
+	keychain   authn.Keychain
+	base       http.RoundTripper
+	localRoots []string
+
+	cache *blobCache
+	lock  *os.File
+}
+
+// mirror is one parsed Options.Mirrors entry.
+type mirror struct {
+	prefix   string // host[:port][/path]
+	insecure bool
+}
+
+// New checks opts, creates the cache directory, locks it against other
+// Pullers and removes temp files a crash left behind.
+func New(opts Options) (*Puller, error) {
+	if opts.CacheDir == "" {
+		return nil, errors.New("new puller: CacheDir is required")
+	}
+	if opts.CacheQuotaBytes < 0 || opts.Jobs < 0 {
+		return nil, errors.New("new puller: CacheQuotaBytes and Jobs must not be negative")
+	}
+	p := &Puller{
+		platform:   opts.Platform,
+		mirrors:    make(map[string][]mirror),
+		insecure:   make(map[string]bool),
+		jobs:       opts.Jobs,
+		keychain:   opts.Keychain,
+		base:       opts.Transport,
+		localRoots: opts.LocalRoots,
+	}
+	if p.platform.OS == "" {
+		p.platform.OS = "linux"
+	}
+	if p.platform.Architecture == "" {
+		p.platform.Architecture = runtime.GOARCH
+	}
+	if p.jobs == 0 {
+		p.jobs = DefaultJobs
+	}
+	p.jobs = min(p.jobs, MaxJobs)
+	if p.keychain == nil {
+		p.keychain = authn.DefaultKeychain
+	}
+	if p.base == nil {
+		dt, ok := remote.DefaultTransport.(*http.Transport)
+		if !ok {
+			return nil, errors.New("new puller: remote.DefaultTransport is not an *http.Transport")
+		}
+		p.base = dt.Clone()
+	}
+	p.base = transport.NewRetry(p.base, transport.WithRetryStatusCodes(retryStatusCodes...))
+	for _, h := range opts.Insecure {
+		reg, err := name.NewRegistry(h)
+		if err != nil {
+			return nil, fmt.Errorf("new puller: insecure registry %q: %w", h, err)
+		}
+		p.insecure[reg.RegistryStr()] = true
+	}
+	for host, list := range opts.Mirrors {
+		reg, err := name.NewRegistry(host)
+		if err != nil {
+			return nil, fmt.Errorf("new puller: mirrors of %q: %w", host, err)
+		}
+		for _, m := range list {
+			mi, err := parseMirror(m)
+			if err != nil {
+				return nil, fmt.Errorf("new puller: mirror %q of %s: %w", m, host, err)
+			}
+			p.mirrors[reg.RegistryStr()] = append(p.mirrors[reg.RegistryStr()], mi)
+		}
+	}
+	for _, r := range opts.LocalRoots {
+		if !filepath.IsAbs(r) {
+			return nil, fmt.Errorf("new puller: local root %q is not absolute", r)
+		}
+	}
+
+	quota := opts.CacheQuotaBytes
+	if quota == 0 {
+		quota = DefaultCacheQuotaBytes
+	}
+	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
+		return nil, fmt.Errorf("new puller: create cache dir: %w", err)
+	}
+	lock, err := lockDir(opts.CacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("new puller: %w", err)
+	}
+	c, err := openBlobCache(filepath.Join(opts.CacheDir, "blobs", "sha256"), quota)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("new puller: %w", err)
+	}
+	p.cache, p.lock = c, lock
+	return p, nil
+}
+
+// lockDir takes a non-blocking exclusive flock on <dir>/lock so two Pullers
+// (in this or another process) never manage one cache: the in-memory pins and
+// single-flight state would not see each other.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open cache lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked by another Puller", ErrCacheLocked, dir)
+		}
+		return nil, fmt.Errorf("lock cache dir: %w", err)
+	}
+	return f, nil
+}
+
+// Close releases the cache lock. Layers still open stay readable, but the
+// Puller must not be used afterwards.
+func (p *Puller) Close() error {
+	if p.lock == nil {
+		return nil
+	}
+	err := p.lock.Close()
+	p.lock = nil
+	if err != nil {
+		return fmt.Errorf("close puller: %w", err)
+	}
+	return nil
+}
+
+// CacheUsage returns the bytes and the number of blobs in the cache.
+func (p *Puller) CacheUsage() (bytes int64, blobs int) {
+	return p.cache.usage()
+}
+
+func parseMirror(m string) (mirror, error) {
+	out := mirror{prefix: m}
+	switch {
+	case strings.HasPrefix(m, "http://"):
+		out.prefix, out.insecure = strings.TrimPrefix(m, "http://"), true
+	case strings.HasPrefix(m, "https://"):
+		out.prefix = strings.TrimPrefix(m, "https://")
+	}
+	out.prefix = strings.TrimSuffix(out.prefix, "/")
+	host, _, _ := strings.Cut(out.prefix, "/")
+	if _, err := name.NewRegistry(host); err != nil {
+		return mirror{}, err
+	}
+	if _, err := name.NewRepository(out.prefix+"/x", name.StrictValidation); err != nil {
+		return mirror{}, err
+	}
+	return out, nil
+}
+
+// Resolve reads the manifest and config of src's image, choosing the
+// configured platform from an index. It downloads no layer.
+func (p *Puller) Resolve(ctx context.Context, src Source) (*Image, error) {
+	pr, err := ValidateImageRef(src.Ref)
+	if err != nil {
+		return nil, err
+	}
+	var img *Image
+	switch pr.Kind {
+	case KindRegistry:
+		img, err = p.resolveRegistry(ctx, pr, src)
+	case KindOCILayout:
+		img, err = p.resolveLayout(ctx, pr)
+	case KindDockerArchive:
+		img, err = p.resolveArchive(ctx, pr)
+	default:
+		err = fmt.Errorf("%w: unknown reference kind %v", ErrInvalidRef, pr.Kind)
+	}
+	if err != nil {
+		return nil, redact(err, secrets(src)...)
+	}
+	return img, nil
+}
+
+// secrets lists the strings of src that must never appear in an error.
+func secrets(src Source) []string {
+	if src.Password == "" {
+		return nil
+	}
+	return []string{
+		src.Password,
+		base64.StdEncoding.EncodeToString([]byte(src.Username + ":" + src.Password)),
+	}
+}
+
+// describe fills an Image from a manifest and config, checking that they
+// describe a container image and that the config matches its digest.
+func describe(sourceName string, rawManifest, rawConfig []byte) (*Image, error) {
+	m, err := v1.ParseManifest(bytes.NewReader(rawManifest))
+	if err != nil {
+		return nil, fmt.Errorf("parse manifest: %w", err)
+	}
+	if m.MediaType != "" && !m.MediaType.IsImage() {
+		return nil, fmt.Errorf("%w: manifest media type %s", ErrUnsupported, m.MediaType)
+	}
+	if m.Config.MediaType != "" && !m.Config.MediaType.IsConfig() {
+		return nil, fmt.Errorf("%w: config media type %s is not a container image config (an artifact?)", ErrUnsupported, m.Config.MediaType)
+	}
+	sum := sha256.Sum256(rawConfig)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); m.Config.Digest.String() != got || m.Config.Size != int64(len(rawConfig)) {
+		return nil, fmt.Errorf("config: %w: expected %s (%d bytes), got %s (%d bytes)",
+			ErrDigestMismatch, m.Config.Digest, m.Config.Size, got, len(rawConfig))
+	}
+	cf, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
+	if err != nil {
+		return nil, fmt.Errorf("parse image config: %w", err)
+	}
+	msum := sha256.Sum256(rawManifest)
+	md := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(msum[:])}
+	img := &Image{
+		Digest:         sourceName + "@" + md.String(),
+		ManifestDigest: md,
+		Config: ImageConfig{
+			Entrypoint: cf.Config.Entrypoint,
+			Cmd:        cf.Config.Cmd,
+			Env:        cf.Config.Env,
+			WorkingDir: cf.Config.WorkingDir,
+			User:       cf.Config.User,
+		},
+		Created: cf.Created.Time,
+	}
+	for i, l := range m.Layers {
+		if !l.MediaType.IsLayer() {
+			return nil, fmt.Errorf("%w: layer %d has media type %q", ErrUnsupported, i, l.MediaType)
+		}
+		if l.Digest.Algorithm != "sha256" || !isHex64(l.Digest.Hex) {
+			return nil, fmt.Errorf("%w: layer %d digest %q is not sha256", ErrUnsupported, i, l.Digest)
+		}
+		if l.Size < 0 {
+			return nil, fmt.Errorf("%w: layer %d has negative size", ErrUnsupported, i)
+		}
+		img.Layers = append(img.Layers, Layer{Digest: l.Digest, Size: l.Size, MediaType: l.MediaType})
+		img.CompressedSize += l.Size
+	}
+	return img, nil
+}
+
+// pickPlatform chooses the first manifest of an index matching want, or
+// explains which platforms the index offers.
+func pickPlatform(im *v1.IndexManifest, want v1.Platform, where string) (v1.Descriptor, error) {
+	var avail []string
+	for _, d := range im.Manifests {
+		if d.Platform == nil {
+			continue
+		}
+		if d.Platform.Satisfies(want) && (d.MediaType.IsImage() || d.MediaType.IsIndex()) {
+			return d, nil
+		}
+		avail = append(avail, d.Platform.String())
+	}
+	if len(avail) == 0 {
+		avail = append(avail, "none declared")
+	}
+	return v1.Descriptor{}, fmt.Errorf("%w: %s has no image for %s; available: %s",
+		ErrNoPlatform, where, want.String(), strings.Join(avail, ", "))
+}

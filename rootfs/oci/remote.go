@@ -1,0 +1,255 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// retryStatusCodes are the answers a registry request is repeated on.
+var retryStatusCodes = []int{
+	http.StatusRequestTimeout,
+	http.StatusTooManyRequests,
+	http.StatusInternalServerError,
+	http.StatusBadGateway,
+	http.StatusServiceUnavailable,
+	http.StatusGatewayTimeout,
+}
+
+// maxRedirects bounds the redirects of one blob request.
+const maxRedirects = 5
+
+// endpoint is one place an image can be read from: a mirror or the
+// registry itself, with the credentials for it. The authenticated transport
+// (ping, token exchange) is made on first use and then reused by Fetch.
+type endpoint struct {
+	repo   name.Repository
+	auth   authn.Authenticator
+	mirror bool
+
+	mu sync.Mutex
+	rt http.RoundTripper
+}
+
+func (ep *endpoint) transport(ctx context.Context, base http.RoundTripper) (http.RoundTripper, error) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.rt != nil {
+		return ep.rt, nil
+	}
+	rt, err := transport.NewWithContext(ctx, ep.repo.Registry, ep.auth, base, []string{ep.repo.Scope(transport.PullScope)})
+	if err != nil {
+		return nil, err
+	}
+	ep.rt = rt
+	return rt, nil
+}
+
+// endpoints lists the mirrors of ref's registry, then the registry.
+func (p *Puller) endpoints(ctx context.Context, pr ParsedRef, src Source) ([]*endpoint, error) {
+	origin := pr.Reference.Context()
+	host := origin.RegistryStr()
+	var eps []*endpoint
+	for _, m := range p.mirrors[host] {
+		var opts []name.Option
+		if m.insecure || p.insecure[strings.SplitN(m.prefix, "/", 2)[0]] {
+			opts = append(opts, name.Insecure)
+		}
+		repo, err := name.NewRepository(m.prefix+"/"+origin.RepositoryStr(), opts...)
+		if err != nil {
+			return nil, fmt.Errorf("mirror %s: %w", m.prefix, err)
+		}
+		auth, err := authn.Resolve(ctx, p.keychain, repo)
+		if err != nil {
+			return nil, fmt.Errorf("credentials for mirror %s: %w", m.prefix, err)
+		}
+		eps = append(eps, &endpoint{repo: repo, auth: auth, mirror: true})
+	}
+	var opts []name.Option
+	if pr.PlainHTTP || p.insecure[host] {
+		opts = append(opts, name.Insecure)
+	}
+	repo, err := name.NewRepository(origin.Name(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("repository %s: %w", origin.Name(), err)
+	}
+	var auth authn.Authenticator
+	if src.Username != "" || src.Password != "" {
+		auth = &authn.Basic{Username: src.Username, Password: src.Password}
+	} else if auth, err = authn.Resolve(ctx, p.keychain, repo); err != nil {
+		return nil, fmt.Errorf("credentials for %s: %w", host, err)
+	}
+	return append(eps, &endpoint{repo: repo, auth: auth}), nil
+}
+
+// resolveRegistry tries each endpoint in turn; the first that serves the
+// manifest also serves the layers (falling through to the later endpoints
+// when it fails). The digest string always names the original repository.
+func (p *Puller) resolveRegistry(ctx context.Context, pr ParsedRef, src Source) (*Image, error) {
+	eps, err := p.endpoints(ctx, pr, src)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", pr.Reference, err)
+	}
+	var mirrorErrs []string
+	for i, ep := range eps {
+		img, err := p.resolveAt(ctx, ep, pr.Reference)
+		if err == nil {
+			img.Digest = pr.sourceName() + "@" + img.ManifestDigest.String()
+			img.src = &registrySource{p: p, eps: eps[i:]}
+			img.secrets = secrets(src)
+			return img, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("resolve %s: %w", pr.Reference, ctx.Err())
+		}
+		if !ep.mirror {
+			if len(mirrorErrs) > 0 {
+				return nil, fmt.Errorf("%w (mirrors tried first: %s)", err, strings.Join(mirrorErrs, "; "))
+			}
+			return nil, err
+		}
+		mirrorErrs = append(mirrorErrs, err.Error())
+	}
+	return nil, fmt.Errorf("resolve %s: no endpoint", pr.Reference)
+}
+
+// resolveAt reads manifest and config of ref from one endpoint.
+func (p *Puller) resolveAt(ctx context.Context, ep *endpoint, ref name.Reference) (*Image, error) {
+	host := ep.repo.RegistryStr()
+	var r name.Reference = ep.repo.Tag(ref.Identifier())
+	if d, ok := ref.(name.Digest); ok {
+		r = ep.repo.Digest(d.DigestStr())
+	}
+	target := r.Name()
+	if rest, ok := strings.CutPrefix(target, name.DefaultRegistry+"/"); ok {
+		target = "docker.io/" + rest
+	}
+	what := "resolve " + target
+	rt, err := ep.transport(ctx, p.base)
+	if err != nil {
+		return nil, classify(err, what, host)
+	}
+	ropts := []remote.Option{remote.WithTransport(rt), remote.WithContext(ctx), remote.WithPlatform(p.platform)}
+	desc, err := remote.Get(r, ropts...)
+	if err != nil {
+		return nil, classify(err, what, host)
+	}
+	// Follow indexes (at most two levels) down to the platform's image.
+	for depth := 0; desc.MediaType.IsIndex(); depth++ {
+		if depth == 2 {
+			return nil, fmt.Errorf("%s: %w: indexes nested too deep", what, ErrUnsupported)
+		}
+		im, err := v1.ParseIndexManifest(bytes.NewReader(desc.Manifest))
+		if err != nil {
+			return nil, fmt.Errorf("%s: parse index: %w", what, err)
+		}
+		child, err := pickPlatform(im, p.platform, target)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if desc, err = remote.Get(ep.repo.Digest(child.Digest.String()), ropts...); err != nil {
+			return nil, classify(err, what, host)
+		}
+	}
+	if !desc.MediaType.IsImage() {
+		return nil, fmt.Errorf("%s: %w: manifest media type %s (Docker schema 1 and artifacts are not supported)", what, ErrUnsupported, desc.MediaType)
+	}
+	rimg, err := desc.Image()
+	if err != nil {
+		return nil, classify(err, what, host)
+	}
+	rawConfig, err := rimg.RawConfigFile()
+	if err != nil {
+		return nil, classify(err, what+": fetch config", host)
+	}
+	img, err := describe(displayRepo(ep.repo), desc.Manifest, rawConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return img, nil
+}
+
+// registrySource reads blobs from the endpoint that served the manifest,
+// then from the endpoints after it.
+type registrySource struct {
+	p   *Puller
+	eps []*endpoint
+}
+
+func (s *registrySource) key() string { return "registry:" + s.eps[0].repo.Name() }
+
+func (s *registrySource) openers(d v1.Hash) []blobOpener {
+	out := make([]blobOpener, 0, len(s.eps))
+	for _, ep := range s.eps {
+		out = append(out, blobOpener{
+			where: displayRepo(ep.repo),
+			host:  ep.repo.RegistryStr(),
+			open:  func(ctx context.Context) (io.ReadCloser, error) { return s.p.openBlob(ctx, ep, d) },
+		})
+	}
+	return out
+}
+
+// openBlob GETs a blob; the caller verifies what it reads.
+func (p *Puller) openBlob(ctx context.Context, ep *endpoint, d v1.Hash) (io.ReadCloser, error) {
+	rt, err := ep.transport(ctx, p.base)
+	if err != nil {
+		return nil, err
+	}
+	u := url.URL{
+		Scheme: ep.repo.Scheme(),
+		Host:   ep.repo.RegistryStr(),
+		Path:   fmt.Sprintf("/v2/%s/blobs/%s", ep.repo.RepositoryStr(), d),
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Transport: rt, CheckRedirect: checkRedirect}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := transport.CheckError(resp, http.StatusOK); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// checkRedirect bounds blob redirects and refuses a jump from a public host
+// to a private, loopback or link-local address literal (e.g. a cloud metadata
+// service), and any scheme but http(s).
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("stopped after %d redirects", maxRedirects)
+	}
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		return fmt.Errorf("redirect to scheme %q refused", req.URL.Scheme)
+	}
+	from, to := via[0].URL.Hostname(), req.URL.Hostname()
+	if from == to || internalIP(from) {
+		return nil
+	}
+	if internalIP(to) {
+		return fmt.Errorf("redirect from %s to internal address %s refused", from, to)
+	}
+	return nil
+}
+
+func internalIP(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsPrivate() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified())
+}
