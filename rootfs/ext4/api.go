@@ -1,0 +1,146 @@
+package ext4
+
+import (
+	"context"
+	"io"
+	"os"
+	"time"
+)
+
+// This file fixes the contract between the ext4 writer and its callers
+// (rootfs/flatten fills a tree of Nodes and streams file data through the
+// Writer). Keep the exported shapes stable; the implementation lives in the
+// other files of this package.
+
+// BlockSize is the only block size the writer produces.
+const BlockSize = 4096
+
+// File type bits of Node.Mode, as in the Linux stat(2) st_mode.
+const (
+	ModeTypeMask = 0o170000
+	ModeSocket   = 0o140000
+	ModeSymlink  = 0o120000
+	ModeRegular  = 0o100000
+	ModeBlock    = 0o060000
+	ModeDir      = 0o040000
+	ModeChar     = 0o020000
+	ModeFIFO     = 0o010000
+)
+
+// Options control the layout of the filesystem the Writer produces. The same
+// Options, the same tree and the same data calls give a byte-identical image.
+type Options struct {
+	// UUID is the filesystem UUID (s_uuid); callers derive it from the
+	// template fingerprint so rebuilds agree.
+	UUID [16]byte
+	// HashSeed seeds the htree directory hash (s_hash_seed).
+	HashSeed [16]byte
+	// Label is the volume name (s_volume_name), at most 16 bytes.
+	Label string
+	// Time stamps the superblock (mkfs, write, last-check times) and any
+	// inode the writer creates itself (lost+found, journal).
+	Time time.Time
+	// JournalBlocks is the size of the jbd2 journal in blocks; 0 means no
+	// journal (the has_journal feature is then off).
+	JournalBlocks uint32
+	// HeadroomPercent is free space left for the guest, as a percentage of
+	// the blocks in use; HeadroomMinBlocks is a floor for it.
+	HeadroomPercent   uint32
+	HeadroomMinBlocks uint64
+	// HeadroomInodes is the number of free inodes left for the guest, on top
+	// of those the tree uses.
+	HeadroomInodes uint32
+	// MaxSize bounds the image in bytes (it fixes how much room the group
+	// descriptor table reserves); Finish fails if the content needs more.
+	MaxSize int64
+}
+
+// Xattr is one extended attribute with its full name ("security.capability",
+// "user.foo", "system.posix_acl_access"), value as found in a tar PAX record.
+type Xattr struct {
+	Name  string
+	Value []byte
+}
+
+// Data is the on-disk placement of one regular file's content, returned by
+// Writer.WriteData. Its zero value is an empty file.
+type Data struct {
+	// extents are unexported: only this package lays out and reads them.
+	extents []extent
+	blocks  uint64
+	// foreign is set on handles of stores other than a Writer.
+	foreign bool
+}
+
+// Blocks reports how many data blocks the content occupies (holes excluded).
+func (d Data) Blocks() uint64 { return d.blocks }
+
+// ForeignData wraps the handle of a store that is not a Writer (an
+// in-memory store in tests, a counting sink in benchmarks) so it can travel
+// in a Node. A Writer refuses to lay out a tree that holds one.
+func ForeignData(handle uint64) Data { return Data{blocks: handle, foreign: true} }
+
+// Foreign returns the handle ForeignData wrapped, and whether d is one.
+func (d Data) Foreign() (uint64, bool) { return d.blocks, d.foreign }
+
+// Node is one inode of the tree handed to Writer.Finish. A Node reached from
+// several directories is one inode with several hard links.
+type Node struct {
+	// Mode holds the type bits (Mode*) and the permission bits including
+	// setuid, setgid and sticky.
+	Mode     uint32
+	UID, GID uint32
+	Atime    time.Time
+	Mtime    time.Time
+	Ctime    time.Time
+	Crtime   time.Time
+	// Size is the byte length of a regular file's content (Data may hold
+	// fewer blocks when the file has holes).
+	Size int64
+	// Data is the content of a regular file, written by WriteData.
+	Data Data
+	// LinkTarget is the target of a symlink, stored as given.
+	LinkTarget []byte
+	// DevMajor and DevMinor are the device numbers of block and character
+	// device nodes.
+	DevMajor, DevMinor uint32
+	// Xattrs are stored in the inode where they fit, else in one xattr block.
+	Xattrs []Xattr
+	// Children are the entries of a directory by name (any bytes but "/"
+	// and NUL, at most 255 bytes). "." and ".." are implied.
+	Children map[string]*Node
+}
+
+// Stats describes the image Finish produced.
+type Stats struct {
+	// Size is the apparent size of the image file in bytes, a multiple of
+	// 2 MiB.
+	Size        int64
+	BlocksTotal uint64
+	BlocksFree  uint64
+	InodesTotal uint32
+	InodesFree  uint32
+}
+
+// Writer produces one ext4 image in a single pass: file data first, as the
+// caller streams it, then all metadata in Finish.
+type Writer interface {
+	// WriteData allocates blocks for size bytes read from r and writes them
+	// to the image. Whole zero blocks become holes. It fails if r yields
+	// fewer than size bytes.
+	WriteData(ctx context.Context, r io.Reader, size int64) (Data, error)
+	// Release returns the blocks of content that is no longer referenced
+	// (an overwritten or deleted file) for reuse by later WriteData calls.
+	Release(d Data)
+	// OpenData reads back content written earlier (holes read as zeros).
+	OpenData(d Data, size int64) io.Reader
+	// Finish writes every inode, directory, bitmap, descriptor and the
+	// superblock for the tree under root, sizes the file and syncs it.
+	Finish(ctx context.Context, root *Node) (Stats, error)
+}
+
+// NewWriter starts an image in f, which must be empty and is owned by the
+// Writer until Finish returns.
+func NewWriter(f *os.File, opts Options) (Writer, error) {
+	return newWriter(f, opts)
+}

@@ -1,0 +1,251 @@
+package ext4
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestFinishRejectsInvalidNodes(t *testing.T) {
+	reg := func() *Node { return &Node{Mode: ModeRegular | 0o644} }
+	withX := func(name string, v []byte) *Node {
+		n := reg()
+		n.Xattrs = []Xattr{{Name: name, Value: v}}
+		return n
+	}
+	shared := dir(nil)
+	cases := []struct {
+		name string
+		root *Node
+		path string // must appear in the error
+	}{
+		{"SlashInName", dir(map[string]*Node{"a/b": reg()}), "/a/b"},
+		{"NULInName", dir(map[string]*Node{"d": dir(map[string]*Node{"a\x00b": reg()})}), "/d/a\\x00b"},
+		{"NameTooLong", dir(map[string]*Node{strings.Repeat("x", 256): reg()}), "/" + strings.Repeat("x", 256)},
+		{"DotName", dir(map[string]*Node{"..": reg()}), "/"},
+		{"EmptyName", dir(map[string]*Node{"": reg()}), "/"},
+		{"UnknownXattrPrefix", dir(map[string]*Node{"f": withX("foo.bar", []byte("1"))}), "/f"},
+		{"InlineDataXattr", dir(map[string]*Node{"f": withX("system.data", nil)}), "/f"},
+		{"BadACL", dir(map[string]*Node{"f": withX("system.posix_acl_access", []byte{1, 2, 3})}), "/f"},
+		{"XattrTooBig", dir(map[string]*Node{"f": withX("user.big", make([]byte, 5000))}), "/f"},
+		{"BadTypeBits", dir(map[string]*Node{"f": {Mode: 0o170644}}), "/f"},
+		{"NoTypeBits", dir(map[string]*Node{"f": {Mode: 0o644}}), "/f"},
+		{"SymlinkTooLong", dir(map[string]*Node{"l": {Mode: ModeSymlink | 0o777, LinkTarget: bytes.Repeat([]byte("a"), 4096)}}), "/l"},
+		{"EmptySymlink", dir(map[string]*Node{"l": {Mode: ModeSymlink | 0o777}}), "/l"},
+		{"DirectoryHardLink", dir(map[string]*Node{"a": shared, "b": dir(map[string]*Node{"c": shared})}), "/b/c"},
+		{"ChildrenOnFile", dir(map[string]*Node{"f": {Mode: ModeRegular, Children: map[string]*Node{"x": reg()}}}), "/f"},
+		{"NilChild", dir(map[string]*Node{"n": nil}), "/n"},
+		{"DeviceOutOfRange", dir(map[string]*Node{"d": {Mode: ModeChar | 0o600, DevMajor: 5000}}), "/d"},
+		{"RootNotDir", reg(), "/"},
+		{"ForeignData", dir(map[string]*Node{"f": {Mode: ModeRegular | 0o644, Size: 1, Data: ForeignData(7)}}), "/f"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			im := newImage(t, testOptions())
+			_, err := im.w.Finish(context.Background(), c.root)
+			if !errors.Is(err, ErrInvalidNode) {
+				t.Fatalf("Finish: %v, want ErrInvalidNode", err)
+			}
+			if want := strings.Trim(fmtQ(c.path), `"`); !strings.Contains(err.Error(), want) {
+				t.Errorf("Finish error %q does not name %q", err, want)
+			}
+			if _, err := im.w.Finish(context.Background(), dir(nil)); !errors.Is(err, ErrFinished) {
+				t.Errorf("second Finish: %v, want ErrFinished", err)
+			}
+		})
+	}
+}
+
+func fmtQ(s string) string { return strings.ReplaceAll(s, "\x00", `\x00`) }
+
+func TestDirectoryWithoutChildrenIsEmpty(t *testing.T) {
+	im := newImage(t, testOptions())
+	im.finish(dir(map[string]*Node{"empty": {Mode: ModeDir | 0o755}}))
+	fsck(t, im.path)
+	if out := debugfs(t, im.path, "ls -p /empty"); len(strings.Fields(out)) != 2 {
+		t.Errorf("ls /empty:\n%s", out)
+	}
+}
+
+func TestDataClaimedTwiceFails(t *testing.T) {
+	im := newImage(t, testOptions())
+	a := im.file(0o644, []byte("shared blocks"))
+	b := *a // a second inode over the same blocks
+	_, err := im.w.Finish(context.Background(), dir(map[string]*Node{"a": a, "b": &b}))
+	if err == nil || !strings.Contains(err.Error(), "claimed twice") {
+		t.Fatalf("Finish: %v, want a claimed-twice error", err)
+	}
+}
+
+func TestShortReadReleasesBlocks(t *testing.T) {
+	im := newImage(t, testOptions())
+	_, err := im.w.WriteData(context.Background(), bytes.NewReader(randBytes(1, 10000)), 20000)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("WriteData of a short reader: %v, want ErrUnexpectedEOF", err)
+	}
+	n := im.file(0o644, randBytes(2, 4096))
+	if got := n.Data.extents[0].physical; got != 1+im.w.(*writer).gdtReserve {
+		t.Errorf("next file at block %d, want the first data block %d (blocks of the failed write released)", got, 1+im.w.(*writer).gdtReserve)
+	}
+}
+
+// cancelReader cancels its context after limit bytes and then keeps
+// producing data forever.
+type cancelReader struct {
+	n, limit int64
+	cancel   func()
+}
+
+func (r *cancelReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(i | 1)
+	}
+	r.n += int64(len(p))
+	if r.n >= r.limit {
+		r.cancel()
+	}
+	return len(p), nil
+}
+
+func TestCancel(t *testing.T) {
+	im := newImage(t, testOptions())
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &cancelReader{limit: 8 << 20, cancel: cancel}
+	_, err := im.w.WriteData(ctx, r, 1<<40)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("WriteData: %v, want context.Canceled", err)
+	}
+	if r.n > 8<<20+2*ioBufSize {
+		t.Errorf("WriteData read %d bytes after cancellation at 8 MiB", r.n)
+	}
+	n := im.file(0o644, []byte("after"))
+	if got := n.Data.extents[0].physical; got != 1+im.w.(*writer).gdtReserve {
+		t.Errorf("blocks of the cancelled write not released: next file at %d", got)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	if _, err := im.w.Finish(ctx, dir(map[string]*Node{"f": n})); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Finish: %v, want context.Canceled", err)
+	}
+	if _, err := im.w.WriteData(context.Background(), strings.NewReader("x"), 1); !errors.Is(err, ErrFinished) {
+		t.Errorf("WriteData after Finish: %v, want ErrFinished", err)
+	}
+}
+
+// TestCancelLargeFinish cancels a Finish of many inodes while it runs.
+func TestCancelLargeFinish(t *testing.T) {
+	im := newImage(t, testOptions())
+	root := bigDir(200000, func(i int) string { return string(rune('a'+i%26)) + strings.Repeat("q", i%50) + itoa(i) })
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(5 * time.Millisecond); cancel() }()
+	_, err := im.w.Finish(ctx, root)
+	if err == nil {
+		t.Skip("Finish completed before the cancellation landed")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Finish: %v, want context.Canceled", err)
+	}
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{byte('0' + i%10)}, b...)
+	}
+	return string(b)
+}
+
+func TestMaxSize(t *testing.T) {
+	o := testOptions()
+	o.MaxSize = 16 << 20
+	im := newImage(t, o)
+	a := im.file(0o644, randBytes(1, 8<<20))
+	if _, err := im.w.WriteData(context.Background(), bytes.NewReader(randBytes(2, 10<<20)), 10<<20); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("WriteData beyond MaxSize: %v, want ErrTooLarge", err)
+	}
+	// Fits as data, but not with the headroom asked for.
+	b := im.file(0o644, randBytes(3, 6<<20))
+	o.HeadroomMinBlocks = 2048
+	im.w.(*writer).opts.HeadroomMinBlocks = 2048
+	if _, err := im.w.Finish(context.Background(), dir(map[string]*Node{"a": a, "b": b})); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Finish beyond MaxSize: %v, want ErrTooLarge", err)
+	}
+}
+
+func TestMaxSizeFits(t *testing.T) {
+	o := testOptions()
+	o.MaxSize = 16 << 20
+	o.HeadroomMinBlocks = 0
+	o.HeadroomPercent = 0
+	im := newImage(t, o)
+	a := im.file(0o644, randBytes(1, 14<<20))
+	st := im.finish(dir(map[string]*Node{"a": a}))
+	if st.Size != 16<<20 {
+		t.Errorf("image is %d bytes, want %d", st.Size, 16<<20)
+	}
+	fsck(t, im.path)
+}
+
+// smallFS mounts a tmpfs of the given size for the test.
+func smallFS(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	d := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", d).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { umount(t, d) })
+	return d
+}
+
+// TestNoSpace fills a small tmpfs. Data is written asynchronously, so the
+// ENOSPC surfaces in a later WriteData or at the latest in Finish, wrapped
+// with what was being written.
+func TestNoSpace(t *testing.T) {
+	d := smallFS(t, "4m")
+	im := newImageAt(t, filepath.Join(d, "fs.ext4"), testOptions())
+	root := dir(map[string]*Node{})
+	var err error
+	for i := 0; i < 8 && err == nil; i++ {
+		var data Data
+		data, err = im.w.WriteData(context.Background(), bytes.NewReader(randBytes(uint64(i), 1<<20)), 1<<20)
+		root.Children[itoa(i)] = &Node{Mode: ModeRegular | 0o644, Size: 1 << 20, Data: data}
+	}
+	if err == nil {
+		_, err = im.w.Finish(context.Background(), root)
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("writing 8 MiB into 4 MiB: %v, want ENOSPC", err)
+	}
+	if !strings.Contains(err.Error(), "write data at block") {
+		t.Errorf("error %q does not say what was written", err)
+	}
+
+	// Finish itself runs out of space: data leaves fewer free pages than
+	// the metadata blocks (superblock, descriptors, bitmaps, inode table,
+	// directories) need.
+	d2 := smallFS(t, "2m")
+	im2 := newImageAt(t, filepath.Join(d2, "fs.ext4"), testOptions())
+	n := im2.file(0o644, randBytes(2, 2040<<10))
+	_, err = im2.w.Finish(context.Background(), dir(map[string]*Node{"f": n}))
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Finish on a full disk: %v, want ENOSPC", err)
+	}
+	if !strings.Contains(err.Error(), "write metadata at block") {
+		t.Errorf("error %q does not say what was written", err)
+	}
+}

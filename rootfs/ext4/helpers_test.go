@@ -1,0 +1,183 @@
+package ext4
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testTime is a fixed timestamp with nanoseconds.
+var testTime = time.Unix(1700000000, 123456789)
+
+func testOptions() Options {
+	return Options{
+		UUID:              [16]byte{0x8c, 0x1e, 0x3a, 0x55, 0x21, 0x4b, 0x4d, 0x1c, 0x9b, 0x2d, 0x6e, 0x0f, 0x77, 0x10, 0xaa, 0x01},
+		HashSeed:          [16]byte{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x01},
+		Label:             "test",
+		Time:              testTime,
+		HeadroomPercent:   10,
+		HeadroomMinBlocks: 256,
+		HeadroomInodes:    64,
+	}
+}
+
+// image is one image under construction in a test.
+type image struct {
+	t    testing.TB
+	path string
+	f    *os.File
+	w    Writer
+}
+
+func newImage(t testing.TB, opts Options) *image {
+	t.Helper()
+	return newImageAt(t, filepath.Join(t.TempDir(), "fs.ext4"), opts)
+}
+
+func newImageAt(t testing.TB, path string, opts Options) *image {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	w, err := NewWriter(f, opts)
+	if err != nil {
+		t.Fatalf("NewWriter: %v", err)
+	}
+	return &image{t: t, path: path, f: f, w: w}
+}
+
+// file writes content and returns a regular-file node for it.
+func (im *image) file(mode uint32, content []byte) *Node {
+	im.t.Helper()
+	d, err := im.w.WriteData(context.Background(), bytes.NewReader(content), int64(len(content)))
+	if err != nil {
+		im.t.Fatalf("WriteData: %v", err)
+	}
+	return &Node{Mode: ModeRegular | mode, Size: int64(len(content)), Data: d,
+		Atime: testTime, Mtime: testTime, Ctime: testTime, Crtime: testTime}
+}
+
+func (im *image) finish(root *Node) Stats {
+	im.t.Helper()
+	st, err := im.w.Finish(context.Background(), root)
+	if err != nil {
+		im.t.Fatalf("Finish: %v", err)
+	}
+	fi, err := os.Stat(im.path)
+	if err != nil {
+		im.t.Fatal(err)
+	}
+	if fi.Size() != st.Size || st.Size%(2<<20) != 0 {
+		im.t.Fatalf("image is %d bytes, Stats.Size %d, want equal and a multiple of 2 MiB", fi.Size(), st.Size)
+	}
+	return st
+}
+
+func dir(children map[string]*Node) *Node {
+	return &Node{Mode: ModeDir | 0o755, Children: children, Atime: testTime, Mtime: testTime, Ctime: testTime, Crtime: testTime}
+}
+
+func needTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		for _, d := range []string{"/sbin", "/usr/sbin"} {
+			if _, err := os.Stat(filepath.Join(d, name)); err == nil {
+				return filepath.Join(d, name)
+			}
+		}
+		t.Fatalf("%s not found (apt-get install e2fsprogs)", name)
+	}
+	return p
+}
+
+// fsck runs e2fsck -fn and fails the test unless it exits 0.
+func fsck(t testing.TB, path string) {
+	t.Helper()
+	out, err := exec.Command(needTool(t, "e2fsck"), "-fn", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("e2fsck -fn %s: %v\n%s", path, err, out)
+	}
+}
+
+// debugfs runs one debugfs request against the image.
+func debugfs(t testing.TB, path, req string) string {
+	t.Helper()
+	cmd := exec.Command(needTool(t, "debugfs"), "-R", req, path)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("debugfs -R %q: %v\n%s", req, err, errb.String())
+	}
+	return out.String()
+}
+
+// mount loop-mounts the image (read-only unless rw) until the test ends.
+func mount(t testing.TB, path string, rw bool) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loop mounts need root")
+	}
+	mnt := t.TempDir()
+	opt := "loop,ro"
+	if rw {
+		opt = "loop"
+	}
+	if out, err := exec.Command("mount", "-t", "ext4", "-o", opt, path, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount %s: %v\n%s", path, err, out)
+	}
+	t.Cleanup(func() { umount(t, mnt) })
+	return mnt
+}
+
+func umount(t testing.TB, mnt string) {
+	t.Helper()
+	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil && !strings.Contains(string(out), "not mounted") {
+		t.Errorf("umount %s: %v\n%s", mnt, err, out)
+	}
+}
+
+func randBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for k := 0; k < 8; k++ {
+			b[i+k] = byte(v >> (8 * k))
+		}
+	}
+	for i := n &^ 7; i < n; i++ {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func fileSHA(t testing.TB, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,308 @@
+package ext4
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Reserved inode numbers.
+const (
+	rootIno      = 2
+	journalIno   = 8
+	firstIno     = 11 // s_first_ino; lost+found gets it
+	lostFound    = "lost+found"
+	maxLinks     = 65000
+	maxNameLen   = 255
+	maxSymlink   = 4095
+	fastSymlink  = 60 // targets shorter than this live in i_block
+	lpfMinBlocks = 4  // lost+found is pre-sized like mke2fs does
+)
+
+// Directory entry file types.
+const (
+	ftRegular = 1
+	ftDir     = 2
+	ftChar    = 3
+	ftBlock   = 4
+	ftFIFO    = 5
+	ftSocket  = 6
+	ftSymlink = 7
+)
+
+type dirent struct {
+	name  string
+	ino   uint32
+	ftype uint8
+}
+
+// inode is the planning record of one inode.
+type inode struct {
+	node   *Node
+	ino    uint32
+	up     *inode // directory of the first link (nil for the root)
+	name   string // name of the first link
+	ftype  uint8
+	links  uint32
+	parent uint32 // directories: inode of ".."
+
+	children []dirent // directories: sorted entries without "." and ".."
+	subdirs  uint32
+	dirData  []byte // directories: every block's bytes
+	htree    bool
+
+	ibody  []byte // in-inode xattr area (after i_extra_isize), or nil
+	xblock *xattrBlock
+
+	// Placement.
+	ext    []extent // block map (data for files, allocated for the rest)
+	tree   []treeBlock
+	root   [60]byte // i_block
+	blocks uint64   // 4 KiB blocks charged to the inode (i_blocks/8)
+}
+
+// plan collects every inode of the tree in inode-number order.
+type plan struct {
+	ctx    context.Context
+	inodes []*inode // index ino-1; reserved slots are nil
+	byNode map[*Node]*inode
+	steps  int
+}
+
+// path is the inode's first path, for messages.
+func (in *inode) path() string {
+	if in.up == nil {
+		if in.ino == rootIno {
+			return "/"
+		}
+		return in.name
+	}
+	return joinPath(in.up.path(), in.name)
+}
+
+func invalid(path, format string, args ...any) error {
+	return fmt.Errorf("%q: %s: %w", path, fmt.Sprintf(format, args...), ErrInvalidNode)
+}
+
+func fileType(mode uint32) uint8 {
+	switch mode & ModeTypeMask {
+	case ModeRegular:
+		return ftRegular
+	case ModeDir:
+		return ftDir
+	case ModeChar:
+		return ftChar
+	case ModeBlock:
+		return ftBlock
+	case ModeFIFO:
+		return ftFIFO
+	case ModeSocket:
+		return ftSocket
+	case ModeSymlink:
+		return ftSymlink
+	}
+	return 0
+}
+
+// checkName returns why name cannot be a directory entry, or "".
+func checkName(name string) string {
+	switch {
+	case name == "":
+		return "empty name"
+	case name == "." || name == "..":
+		return "reserved name"
+	case len(name) > maxNameLen:
+		return fmt.Sprintf("name is %d bytes, more than %d", len(name), maxNameLen)
+	case strings.IndexByte(name, '/') >= 0:
+		return "name contains '/'"
+	case strings.IndexByte(name, 0) >= 0:
+		return "name contains NUL"
+	}
+	return ""
+}
+
+func joinPath(parent, name string) string {
+	if parent == "/" {
+		return "/" + name
+	}
+	return parent + "/" + name
+}
+
+// buildPlan validates the tree and numbers its inodes: root 2, lost+found
+// 11 (created when missing), then depth-first in byte-wise name order.
+func buildPlan(ctx context.Context, root *Node, opts *Options) (*plan, error) {
+	if root == nil {
+		return nil, invalid("/", "nil root")
+	}
+	if root.Mode&ModeTypeMask != ModeDir {
+		return nil, invalid("/", "root is not a directory (mode %#o)", root.Mode)
+	}
+	if err := checkNode(root); err != "" {
+		return nil, invalid("/", "%s", err)
+	}
+	p := &plan{ctx: ctx, byNode: make(map[*Node]*inode), inodes: make([]*inode, firstIno-1)}
+	ri := &inode{node: root, ino: rootIno, ftype: ftDir, parent: rootIno}
+	p.inodes[rootIno-1] = ri
+	p.byNode[root] = ri
+
+	lpf := root.Children[lostFound]
+	if lpf == nil {
+		t := opts.Time
+		lpf = &Node{Mode: ModeDir | 0o700, Atime: t, Mtime: t, Ctime: t, Crtime: t}
+	}
+	if lpf.Mode&ModeTypeMask == ModeDir {
+		li := &inode{node: lpf, ino: firstIno, up: ri, name: lostFound, ftype: ftDir, parent: rootIno}
+		p.inodes = append(p.inodes, li)
+		p.byNode[lpf] = li
+		if root.Children[lostFound] == nil {
+			// Created here: linked from the root below.
+			ri.children = append(ri.children, dirent{name: lostFound, ino: firstIno, ftype: ftDir})
+			li.links = 1
+			ri.subdirs++
+		}
+	} else {
+		// A non-directory named lost+found: keep it, and leave inode 11
+		// unused rather than renumber everything.
+		p.inodes = append(p.inodes, nil)
+	}
+	if err := p.walk(ri); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(ri.children, func(a, b dirent) int { return strings.Compare(a.name, b.name) })
+	// Link counts of directories.
+	for _, in := range p.inodes {
+		if in == nil {
+			continue
+		}
+		if in.ftype == ftDir {
+			in.links = 2 + in.subdirs
+			if in.links > maxLinks {
+				in.links = 1 // dir_nlink: "many"
+			}
+		} else if in.links > maxLinks {
+			return nil, invalid(in.path(), "%d hard links, more than %d", in.links, maxLinks)
+		}
+	}
+	return p, nil
+}
+
+func (p *plan) walk(dir *inode) error {
+	n := dir.node
+	names := make([]string, 0, len(n.Children))
+	for name := range n.Children {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if dir.children == nil {
+		dir.children = make([]dirent, 0, len(names))
+	}
+	var dpath string // computed on the first error only
+	pathOf := func(name string) string {
+		if dpath == "" {
+			dpath = dir.path()
+		}
+		return joinPath(dpath, name)
+	}
+	for _, name := range names {
+		if p.steps++; p.steps%checkEvery == 0 {
+			if err := p.ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err := checkName(name); err != "" {
+			return invalid(pathOf(name), "%s", err)
+		}
+		child := n.Children[name]
+		if child == nil {
+			return invalid(pathOf(name), "nil node")
+		}
+		ci := p.byNode[child]
+		switch {
+		case ci == nil:
+			if err := checkNode(child); err != "" {
+				return invalid(pathOf(name), "%s", err)
+			}
+			ci = &inode{node: child, ino: uint32(len(p.inodes) + 1), up: dir, name: name, ftype: fileType(child.Mode)}
+			if uint64(ci.ino) >= 1<<32-1 {
+				return invalid(pathOf(name), "too many inodes")
+			}
+			p.inodes = append(p.inodes, ci)
+			p.byNode[child] = ci
+		case ci.ino == firstIno && ci.links == 0 && dir.ino == rootIno && name == lostFound:
+			// The tree's own lost+found, numbered in advance.
+			if err := checkNode(child); err != "" {
+				return invalid(pathOf(name), "%s", err)
+			}
+		case ci.ftype == ftDir:
+			return invalid(pathOf(name), "hard link to directory %q", ci.path())
+		}
+		ci.links++
+		dir.children = append(dir.children, dirent{name: name, ino: ci.ino, ftype: ci.ftype})
+		if ci.ftype == ftDir && ci.links == 1 {
+			ci.parent = dir.ino
+			dir.subdirs++
+			if err := p.walk(ci); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkNode returns what is wrong with one node's own fields, or "".
+func checkNode(n *Node) string {
+	ft := fileType(n.Mode)
+	if ft == 0 {
+		return fmt.Sprintf("unknown file type in mode %#o", n.Mode)
+	}
+	if n.Mode&^(ModeTypeMask|0o7777) != 0 {
+		return fmt.Sprintf("mode %#o has bits outside type and permissions", n.Mode)
+	}
+	if ft != ftDir && n.Children != nil {
+		return "non-directory has children"
+	}
+	if ft != ftRegular && n.Data.blocks != 0 {
+		return "non-regular file has data"
+	}
+	if n.Data.foreign {
+		return "data was not written by this writer"
+	}
+	if ft != ftSymlink && len(n.LinkTarget) != 0 {
+		return "non-symlink has a link target"
+	}
+	switch ft {
+	case ftRegular:
+		if n.Size < 0 {
+			return fmt.Sprintf("negative size %d", n.Size)
+		}
+		if k := len(n.Data.extents); k > 0 {
+			last := n.Data.extents[k-1]
+			if end := int64(last.logical) + int64(last.length); end*BlockSize-BlockSize >= n.Size {
+				return fmt.Sprintf("data extends to block %d, beyond size %d", end, n.Size)
+			}
+		}
+		if uint64(n.Size) > uint64(maxFileBlocks)*BlockSize {
+			return fmt.Sprintf("size %d exceeds the ext4 limit", n.Size)
+		}
+	case ftSymlink:
+		if len(n.LinkTarget) == 0 {
+			return "empty symlink target"
+		}
+		if len(n.LinkTarget) > maxSymlink {
+			return fmt.Sprintf("symlink target is %d bytes, more than %d", len(n.LinkTarget), maxSymlink)
+		}
+		if bytes.IndexByte(n.LinkTarget, 0) >= 0 {
+			return "symlink target contains NUL"
+		}
+	case ftChar, ftBlock:
+		if n.DevMajor >= 1<<12 || n.DevMinor >= 1<<20 {
+			return fmt.Sprintf("device number %d:%d out of range", n.DevMajor, n.DevMinor)
+		}
+	}
+	if ft != ftChar && ft != ftBlock && (n.DevMajor != 0 || n.DevMinor != 0) {
+		return "device numbers on a non-device"
+	}
+	return ""
+}
