@@ -1,0 +1,328 @@
+package flatten
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
+)
+
+// typeRegA is the pre-POSIX regular-file typeflag; archive/tar normally
+// turns it into TypeReg (or TypeDir for names ending in "/") already.
+const typeRegA = '\x00'
+
+// Whiteout names, as in the OCI image-spec layer format.
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutMeta   = ".wh..wh."
+	whiteoutOpaque = ".wh..wh..opq"
+)
+
+// ApplyLayer applies one uncompressed tar layer on top of the tree. layer is
+// the layer's index, used in errors. Regular-file data streams from r into
+// the DataStore. r is read to its end, so a digest-verifying reader sees all
+// of it. On error the tree is left half-applied and must be discarded.
+func (t *Tree) ApplyLayer(ctx context.Context, layer int, r io.Reader) error {
+	t.touched = make(map[edge]struct{})
+	defer func() { t.touched = nil }()
+	tr := tar.NewReader(r)
+	last := ""
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("apply layer %d: %w", layer, err)
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if last != "" {
+				return fmt.Errorf("apply layer %d: read tar after entry %q: %w", layer, last, err)
+			}
+			return fmt.Errorf("apply layer %d: read tar: %w", layer, err)
+		}
+		last = hdr.Name
+		if err := t.applyEntry(ctx, layer, tr, hdr); err != nil {
+			return err
+		}
+	}
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("apply layer %d: read past end of tar: %w", layer, err)
+	}
+	return nil
+}
+
+// applyEntry applies one tar entry.
+func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar.Header) error {
+	fail := func(reason string, err error) error {
+		return &EntryError{Layer: layer, Name: hdr.Name, Reason: reason, Err: err}
+	}
+	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		return nil // PAX global records carry nothing we apply
+	}
+	if strings.HasPrefix(hdr.Name, "/") {
+		return fail("absolute path", nil)
+	}
+	comps, err := cleanRelative(hdr.Name)
+	if err != nil {
+		return fail("path escapes the root", nil)
+	}
+	for i, c := range comps {
+		if len(c) > maxNameLen {
+			return fail(fmt.Sprintf("name component longer than %d bytes", maxNameLen), nil)
+		}
+		if strings.HasPrefix(c, whiteoutMeta) && !(i == len(comps)-1 && c == whiteoutOpaque) {
+			return nil // AUFS metadata (.wh..wh.plnk, .wh..wh.aufs...), never content
+		}
+		if i < len(comps)-1 && strings.HasPrefix(c, whiteoutPrefix) {
+			return fail("whiteout name used as a directory", nil)
+		}
+	}
+	t.entries++
+	if len(comps) == 0 {
+		if hdr.Typeflag != tar.TypeDir {
+			return fail("entry would replace the root directory with a non-directory", nil)
+		}
+		meta, err := metadata(hdr)
+		if err != nil {
+			return fail(err.Error(), nil)
+		}
+		setMeta(t.root, meta)
+		return nil
+	}
+	parentComps, base := comps[:len(comps)-1], comps[len(comps)-1]
+
+	if strings.HasPrefix(base, whiteoutPrefix) {
+		t.whiteouts++
+		dir, err := t.walkExisting(parentComps)
+		if err != nil {
+			return fail("whiteout below a symlinked directory", nil)
+		}
+		if dir == nil {
+			return nil // nothing to remove
+		}
+		if base == whiteoutOpaque {
+			for name := range dir.Children {
+				t.remove(dir, name)
+			}
+			return nil
+		}
+		target := base[len(whiteoutPrefix):]
+		if target == "" || target == "." || target == ".." {
+			return fail("invalid whiteout name", nil)
+		}
+		t.remove(dir, target)
+		return nil
+	}
+
+	dir, err := t.walkCreate(parentComps)
+	switch {
+	case errors.Is(err, ErrSymlink):
+		return fail("writing below a symlinked directory", nil)
+	case err != nil:
+		return fail("parent is not a directory", nil)
+	}
+
+	if hdr.Typeflag == tar.TypeLink {
+		target, reason := t.hardlinkTarget(hdr.Linkname)
+		if target == nil {
+			return fail(reason, nil)
+		}
+		if dir.Children[base] != target {
+			t.link(target)
+		}
+		t.put(dir, base, target)
+		return nil
+	}
+
+	meta, err := metadata(hdr)
+	if err != nil {
+		return fail(err.Error(), nil)
+	}
+	var n *ext4.Node
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if old := dir.Children[base]; old != nil && isDir(old) {
+			setMeta(old, meta)
+			t.touch(dir, base)
+			return nil
+		}
+		n = &ext4.Node{Mode: ext4.ModeDir, Children: make(map[string]*ext4.Node)}
+	case tar.TypeReg, typeRegA, tar.TypeGNUSparse:
+		data, err := t.store.WriteData(ctx, tr, hdr.Size)
+		if err != nil {
+			return fail("write data", err)
+		}
+		n = &ext4.Node{Mode: ext4.ModeRegular, Size: hdr.Size, Data: data}
+	case tar.TypeSymlink:
+		if hdr.Linkname == "" {
+			return fail("empty symlink target", nil)
+		}
+		if len(hdr.Linkname) > maxLinkTarget {
+			return fail(fmt.Sprintf("symlink target longer than %d bytes", maxLinkTarget), nil)
+		}
+		n = &ext4.Node{Mode: ext4.ModeSymlink, LinkTarget: []byte(hdr.Linkname)}
+	case tar.TypeChar, tar.TypeBlock:
+		if hdr.Devmajor < 0 || hdr.Devmajor > math.MaxUint32 || hdr.Devminor < 0 || hdr.Devminor > math.MaxUint32 {
+			return fail("device number out of range", nil)
+		}
+		n = &ext4.Node{Mode: ext4.ModeChar, DevMajor: uint32(hdr.Devmajor), DevMinor: uint32(hdr.Devminor)}
+		if hdr.Typeflag == tar.TypeBlock {
+			n.Mode = ext4.ModeBlock
+		}
+	case tar.TypeFifo:
+		n = &ext4.Node{Mode: ext4.ModeFIFO}
+	default:
+		return fail(fmt.Sprintf("unsupported entry type %q", hdr.Typeflag), nil)
+	}
+	setMeta(n, meta)
+	t.put(dir, base, n)
+	return nil
+}
+
+// walkCreate returns the directory named by comps, creating missing ones
+// (0755, root:root, Options.RootTime) and marking every entry on the way as
+// written by this layer. It never follows a symlink: one on the way is
+// ErrSymlink, any other non-directory ErrNotDir.
+func (t *Tree) walkCreate(comps []string) (*ext4.Node, error) {
+	dir := t.root
+	for _, c := range comps {
+		child := dir.Children[c]
+		switch {
+		case child == nil:
+			child = newDirNode(0o755, 0, 0, t.opts.RootTime)
+			dir.Children[c] = child
+		case isSymlink(child):
+			return nil, ErrSymlink
+		case !isDir(child):
+			return nil, ErrNotDir
+		}
+		t.touch(dir, c)
+		dir = child
+	}
+	return dir, nil
+}
+
+// walkExisting returns the directory named by comps, or nil if some
+// component is missing or not a directory. A symlink on the way is
+// ErrSymlink.
+func (t *Tree) walkExisting(comps []string) (*ext4.Node, error) {
+	dir := t.root
+	for _, c := range comps {
+		child := dir.Children[c]
+		switch {
+		case child == nil:
+			return nil, nil
+		case isSymlink(child):
+			return nil, ErrSymlink
+		case !isDir(child):
+			return nil, nil
+		}
+		dir = child
+	}
+	return dir, nil
+}
+
+// hardlinkTarget finds the inode a hard link names. Like containerd and
+// umoci, a leading "/" is relative to the root. It returns nil and a reason
+// when the target is unusable.
+func (t *Tree) hardlinkTarget(name string) (*ext4.Node, string) {
+	rel := strings.TrimLeft(name, "/")
+	if rel == "" {
+		return nil, "empty hard link target"
+	}
+	comps, err := cleanRelative(rel)
+	if err != nil {
+		return nil, fmt.Sprintf("hard link target %q escapes the root", name)
+	}
+	if len(comps) == 0 {
+		return nil, "hard link to a directory"
+	}
+	dir, err := t.walkExisting(comps[:len(comps)-1])
+	if err != nil {
+		return nil, fmt.Sprintf("hard link target %q is below a symlinked directory", name)
+	}
+	var n *ext4.Node
+	if dir != nil {
+		n = dir.Children[comps[len(comps)-1]]
+	}
+	switch {
+	case n == nil:
+		return nil, fmt.Sprintf("hard link target %q not found", name)
+	case isDir(n):
+		return nil, fmt.Sprintf("hard link target %q is a directory", name)
+	}
+	return n, ""
+}
+
+// remove applies a whiteout to dir/name: entries written by the layer being
+// applied survive (a directory keeps those of its descendants); everything
+// else goes.
+func (t *Tree) remove(dir *ext4.Node, name string) {
+	c := dir.Children[name]
+	if c == nil {
+		return
+	}
+	if _, ok := t.touched[edge{dir, name}]; !ok {
+		t.unlink(dir, name)
+		return
+	}
+	if isDir(c) {
+		for n := range c.Children {
+			t.remove(c, n)
+		}
+	}
+}
+
+// meta is the inode metadata a tar header carries.
+type meta struct {
+	perm                uint32
+	uid, gid            uint32
+	atime, mtime, ctime time.Time
+	xattrs              []ext4.Xattr
+}
+
+// metadata extracts the inode metadata of hdr.
+func metadata(hdr *tar.Header) (meta, error) {
+	if hdr.Uid < 0 || int64(hdr.Uid) > math.MaxUint32 || hdr.Gid < 0 || int64(hdr.Gid) > math.MaxUint32 {
+		return meta{}, errors.New("uid or gid out of range")
+	}
+	xs, err := paxXattrs(hdr.PAXRecords)
+	if err != nil {
+		return meta{}, err
+	}
+	m := meta{
+		perm:   uint32(hdr.Mode) & 0o7777,
+		uid:    uint32(hdr.Uid),
+		gid:    uint32(hdr.Gid),
+		mtime:  hdr.ModTime,
+		atime:  hdr.AccessTime,
+		ctime:  hdr.ChangeTime,
+		xattrs: xs,
+	}
+	if m.atime.IsZero() {
+		m.atime = m.mtime
+	}
+	if m.ctime.IsZero() {
+		m.ctime = m.mtime
+	}
+	return m, nil
+}
+
+// setMeta applies m to n, keeping n's type bits. A symlink's permissions
+// are always 0777, as on any Linux filesystem a real unpack writes to.
+func setMeta(n *ext4.Node, m meta) {
+	n.Mode = n.Mode&ext4.ModeTypeMask | m.perm
+	if isSymlink(n) {
+		n.Mode = ext4.ModeSymlink | 0o777
+	}
+	n.UID, n.GID = m.uid, m.gid
+	n.Atime, n.Mtime, n.Ctime, n.Crtime = m.atime, m.mtime, m.ctime, m.mtime
+	n.Xattrs = m.xattrs
+}

@@ -1,0 +1,67 @@
+package flatten_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+	"testing/iotest"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+)
+
+func TestReadAhead(t *testing.T) {
+	data, err := io.ReadAll(fstest.Blob("x", 10<<20+12345, 3).Content())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range map[string]io.Reader{
+		"Plain":    bytes.NewReader(data),
+		"OneByte":  iotest.OneByteReader(bytes.NewReader(data[:100000])),
+		"HalfRead": iotest.HalfReader(bytes.NewReader(data)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			want := data
+			if name == "OneByte" {
+				want = data[:100000]
+			}
+			ra := flatten.ReadAhead(src)
+			if err := iotest.TestReader(ra, want); err != nil {
+				t.Error(err)
+			}
+			if err := ra.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+
+	t.Run("Error", func(t *testing.T) {
+		boom := errors.New("boom")
+		ra := flatten.ReadAhead(io.MultiReader(bytes.NewReader(data[:3<<20]), iotest.ErrReader(boom)))
+		defer ra.Close()
+		got, err := io.ReadAll(ra)
+		if !errors.Is(err, boom) || !bytes.Equal(got, data[:3<<20]) {
+			t.Errorf("ReadAll = %d bytes, %v; want %d bytes then %v", len(got), err, 3<<20, boom)
+		}
+	})
+
+	t.Run("CloseEarly", func(t *testing.T) {
+		src := &countingReader{r: bytes.NewReader(data)}
+		ra := flatten.ReadAhead(src)
+		if _, err := io.ReadFull(ra, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ra.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Close waited for the goroutine, so the count is final: at most the
+		// chunks that fit ahead of the consumer were read.
+		if src.n >= int64(len(data)) {
+			t.Errorf("read %d bytes of %d after an early Close", src.n, len(data))
+		}
+		if _, err := ra.Read(make([]byte, 10)); err == nil {
+			t.Error("Read after Close succeeded")
+		}
+	})
+}
