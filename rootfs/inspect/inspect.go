@@ -38,6 +38,8 @@ type Entry struct {
 	LinkTarget string
 	// Major and Minor are set for device nodes.
 	Major, Minor uint32
+	// Blocks is the space allocated to the inode, in 512-byte units.
+	Blocks int64
 }
 
 // Open opens the image at path read-only.
@@ -118,13 +120,18 @@ func entryOf(name string, fi iofs.FileInfo) Entry {
 	e := Entry{Name: name, Mode: fi.Mode(), Size: fi.Size(), ModTime: fi.ModTime()}
 	if st, ok := fi.Sys().(*ext4.StatT); ok && st != nil {
 		e.UID, e.GID, e.Nlink, e.Inode = st.UID, st.GID, st.Nlink, st.Ino
-		e.LinkTarget, e.Major, e.Minor = st.LinkTarget, st.Major, st.Minor
+		e.LinkTarget, e.Major, e.Minor, e.Blocks = st.LinkTarget, st.Major, st.Minor, int64(st.Blocks)
 	}
 	return e
 }
 
-// ReadFile returns the content of the regular file at p.
-func (im *Image) ReadFile(p string) ([]byte, error) {
+// maxReadFile bounds what ReadFile loads into memory.
+const maxReadFile = 256 << 20
+
+// ReadFile returns the content of the regular file at p. go-diskfs v1.9.4
+// reads a file correctly only in one call from offset 0 and only when it
+// has no holes, so sparse files are refused rather than misread.
+func (im *Image) ReadFile(p string) (data []byte, err error) {
 	e, err := im.Stat(p)
 	if err != nil {
 		return nil, err
@@ -132,15 +139,30 @@ func (im *Image) ReadFile(p string) ([]byte, error) {
 	if !e.Mode.IsRegular() {
 		return nil, fmt.Errorf("read %s: not a regular file (%s)", p, e.Mode.Type())
 	}
+	if e.Size > maxReadFile {
+		return nil, fmt.Errorf("read %s: %d bytes is more than inspect prints (%d); mount the image to read it", p, e.Size, maxReadFile)
+	}
+	if allocated, needed := e.Blocks*512, (e.Size+4095)/4096*4096; allocated < needed {
+		return nil, fmt.Errorf("read %s: sparse file (%d of %d bytes allocated); mount the image to read it", p, allocated, needed)
+	}
 	fp, _ := fsPath(p)
 	f, err := im.fs.OpenFile(fp, os.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", p, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, e.Size))
+	defer func() {
+		if r := recover(); r != nil {
+			data, err = nil, fmt.Errorf("read %s: the ext4 reader failed: %v", p, r)
+		}
+	}()
+	data = make([]byte, e.Size)
+	n, err := f.Read(data)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	if int64(n) != e.Size {
+		return nil, fmt.Errorf("read %s: got %d of %d bytes", p, n, e.Size)
 	}
 	return data, nil
 }
