@@ -159,6 +159,7 @@ func TestBuildStatusCodes(t *testing.T) {
 		{"RequestNotObject", map[string]any{"job_id": "x", "request": "str"}, 400, "request: must be a JSON object"},
 		{"MissingImageRef", without("request.source_image_ref"), 400, "request.source_image_ref: required"},
 		{"MissingWritableLayer", without("request.writable_layer_size"), 400, "request.writable_layer_size: required"},
+		{"InvalidImageRef", buildBody("bad-ref", "-evil;rm"), 400, "request.source_image_ref"},
 		{"EnvdEmpty", map[string]any{"job_id": "e", "envd_data": "", "request": buildBody("e", "i")["request"]}, 400, "envd_data: empty"},
 		{"EnvdNotELF", withEnvd([]byte("#!/bin/sh\necho hi"), ""), 400, "not an ELF binary"},
 		{"EnvdTooBig", withEnvd(append(elf[:4:4], make([]byte, api.MaxEnvdBytes)...), ""), 413, "exceeds"},

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -85,6 +86,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	b, err := api.ParseBuild(body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if _, err := oci.ValidateImageRef(b.Template.SourceImageRef); err != nil {
+		writeError(w, http.StatusBadRequest, "request.source_image_ref: "+err.Error())
 		return
 	}
 	log := a.logger.With("job_id", b.JobID)

@@ -1,25 +1,20 @@
 package rootfs
 
-import "time"
+import (
+	"time"
 
-// Source names the image to build from.
-type Source struct {
-	// Ref is a registry reference ("docker.io/library/debian:12",
-	// "http://host:5000/x:y") or an offline source ("oci-layout:DIR[:TAG]",
-	// "docker-archive:FILE.tar").
-	Ref      string
-	Username string
-	Password string
-}
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/inject"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
+)
+
+// Source names the image to build from: a registry reference
+// ("docker.io/library/debian:12", "http://host:5000/x:y") or an offline
+// source ("oci-layout:DIR[:TAG]", "docker-archive:FILE.tar"), with optional
+// registry credentials.
+type Source = oci.Source
 
 // ImageConfig is the part of the image configuration the template keeps.
-type ImageConfig struct {
-	Entrypoint []string `json:"Entrypoint"`
-	Cmd        []string `json:"Cmd"`
-	Env        []string `json:"Env"`
-	WorkingDir string   `json:"WorkingDir"`
-	User       string   `json:"User"`
-}
+type ImageConfig = oci.ImageConfig
 
 // Image is a resolved image: its manifest and configuration are known, its
 // layers not yet fetched.
@@ -31,17 +26,12 @@ type Image struct {
 	CompressedSize int64
 	// Created is the image creation time (zero when unknown).
 	Created time.Time
-	// handle is the source-specific state Build continues from.
-	handle any
+	// resolved is what Build fetches the layers from.
+	resolved *oci.Image
 }
 
 // CA is the egress root certificate to bake into images.
-type CA struct {
-	PEM []byte
-	DER []byte
-	// Fingerprint is hex(sha256(DER)).
-	Fingerprint string
-}
+type CA = inject.CA
 
 // Spec is everything one build needs beyond the image.
 type Spec struct {

@@ -109,16 +109,16 @@ func ParseBuild(body []byte) (*Build, error) {
 	if strings.TrimSpace(t.WritableLayerSize) == "" {
 		return nil, invalid("request.writable_layer_size", "required")
 	}
-	if err := b.validateEnvd(); err != nil {
+	if err := b.ValidateEnvd(); err != nil {
 		return nil, err
 	}
 	return &b, nil
 }
 
-// validateEnvd checks the envd payload and computes its digest. A caller's
+// ValidateEnvd checks the envd payload and computes its digest. A caller's
 // envd_sha256 is only a claim: it must match the bytes, and without bytes
 // it is ignored (nothing is injected, so it must not shape the fingerprint).
-func (b *Build) validateEnvd() error {
+func (b *Build) ValidateEnvd() error {
 	if b.EnvdData == nil {
 		return nil
 	}

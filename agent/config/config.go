@@ -114,6 +114,9 @@ type Registry struct {
 	Mirrors map[string][]string `yaml:"mirrors"`
 	// Insecure lists registry hosts reached over plain HTTP.
 	Insecure []string `yaml:"insecure"`
+	// LocalRoots are the directories offline sources (oci-layout:,
+	// docker-archive:) may be read from; none by default.
+	LocalRoots []string `yaml:"local_roots"`
 }
 
 // Shutdown bounds a graceful stop.
@@ -340,7 +343,12 @@ func (c *Config) Validate() error {
 			bad(key, "%q is not an absolute path", path)
 		}
 	}
-	if goos, arch, ok := strings.Cut(c.Build.Platform, "/"); !ok || goos == "" || arch == "" {
+	for _, root := range c.Registry.LocalRoots {
+		if !strings.HasPrefix(root, "/") {
+			bad("registry.local_roots", "%q is not an absolute path", root)
+		}
+	}
+	if parts := strings.Split(c.Build.Platform, "/"); len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
 		bad("build.platform", "%q is not os/arch[/variant]", c.Build.Platform)
 	}
 	return errors.Join(errs...)

@@ -1,30 +1,51 @@
 package main
 
 import (
-	"context"
-	"errors"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 )
 
-// errNotImplemented is what jobs fail with until the rootfs builder lands.
-var errNotImplemented = errors.New("rootfs build is not implemented in this version of templatecenter")
+var _ agent.Builder = (*rootfs.Builder)(nil)
 
-// pendingBuilder fails every build with a clear message.
-type pendingBuilder struct{}
-
-var _ agent.Builder = pendingBuilder{}
-
-func (pendingBuilder) Resolve(context.Context, rootfs.Source) (*rootfs.Image, error) {
-	return nil, errNotImplemented
+// newBuilder opens the rootfs builder the configuration describes; its
+// layer cache lives in <work_dir>/layers.
+func newBuilder(cfg *config.Config) (*rootfs.Builder, error) {
+	return rootfs.NewBuilder(rootfs.Options{
+		Store:           rootfs.Store(cfg.Store.Dir),
+		CAPath:          cfg.Build.CAPath,
+		HeadroomPercent: cfg.Build.HeadroomPercent,
+		HeadroomInodes:  cfg.Build.HeadroomInodes,
+		Pull: oci.Options{
+			CacheDir:        filepath.Join(cfg.Store.WorkDir, "layers"),
+			CacheQuotaBytes: int64(cfg.Build.LayerCacheQuota),
+			Platform:        platformOf(cfg.Build.Platform),
+			Mirrors:         cfg.Registry.Mirrors,
+			Insecure:        cfg.Registry.Insecure,
+			Jobs:            cfg.Build.DownloadJobs,
+			LocalRoots:      cfg.Registry.LocalRoots,
+		},
+	})
 }
 
-func (pendingBuilder) LoadCA(context.Context) (*rootfs.CA, error) { return nil, errNotImplemented }
-
-func (pendingBuilder) Build(context.Context, rootfs.Spec, rootfs.ProgressFunc) (*rootfs.Artifact, error) {
-	return nil, errNotImplemented
+// platformOf parses os/arch[/variant].
+func platformOf(s string) v1.Platform {
+	parts := strings.SplitN(s, "/", 3)
+	p := v1.Platform{OS: parts[0]}
+	if len(parts) > 1 {
+		p.Architecture = parts[1]
+	}
+	if len(parts) == 3 {
+		p.Variant = parts[2]
+	}
+	return p
 }
 
-func newBuilder(*config.Config) (agent.Builder, error) { return pendingBuilder{}, nil }
+func goarch() string { return runtime.GOARCH }

@@ -26,6 +26,7 @@ Commands:
   serve              run the agent (the default when no command is given)
   jobs [list]        list jobs in the spool (read-only; safe while the agent runs)
   jobs show JOB_ID   show one job and its pending reports
+  build --image REF  build a template image without an agent (see build -h)
   inspect IMG [PATH] list a directory (default /) or print a file of a template
                      image, without mounting it
   version            print the version
@@ -36,7 +37,7 @@ README for keys and environment overrides.
 `
 
 func main() {
-	os.Exit(exitCode(Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+	os.Exit(exitCode(Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr), os.Stderr))
 }
 
 func exitCode(err error, stderr io.Writer) int {
@@ -53,7 +54,7 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 // Run executes one command line.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
@@ -63,6 +64,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args, stderr)
 	case "jobs":
 		return jobs(ctx, args, stdout)
+	case "build":
+		return build(ctx, args, stdin, stdout, stderr)
 	case "inspect":
 		return inspectImage(ctx, args, stdout)
 	case "version", "--version", "-version", "-v":

@@ -69,6 +69,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer builder.Close()
 	watchdog, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
 		logger.Warn("read systemd watchdog settings", "err", err)

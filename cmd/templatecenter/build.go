@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
+)
+
+// buildResult is what `templatecenter build` prints.
+type buildResult struct {
+	ArtifactID      string             `json:"artifact_id"`
+	Ext4Path        string             `json:"ext4_path"`
+	Ext4SHA256      string             `json:"ext4_sha256"`
+	Ext4SizeBytes   int64              `json:"ext4_size_bytes"`
+	Fingerprint     string             `json:"template_spec_fingerprint"`
+	SourceDigest    string             `json:"source_image_digest"`
+	ImageConfig     rootfs.ImageConfig `json:"image_config"`
+	CABaked         bool               `json:"cube_egress_ca_baked"`
+	CAFingerprint   string             `json:"cube_egress_ca_fingerprint,omitempty"`
+	CATargets       int                `json:"cube_egress_ca_targets_written"`
+	DurationSeconds float64            `json:"duration_seconds"`
+}
+
+// build makes a template image without an agent or CubeMaster.
+func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	image := fs.String("image", "", "image reference (registry ref, oci-layout:DIR[:TAG], docker-archive:FILE)")
+	envdPath := fs.String("envd", "", "envd binary to install at /usr/local/bin/envd")
+	caPath := fs.String("ca", "/etc/cube/ca/cube-root-ca.crt", "egress CA certificate to bake in")
+	noCA := fs.Bool("no-ca", false, "do not bake the egress CA")
+	out := fs.String("out", "out", "artifact store directory: the image lands in OUT/<artifact_id>/<artifact_id>.ext4")
+	cache := fs.String("cache", defaultCacheDir(), "layer cache directory")
+	username := fs.String("username", "", "registry username")
+	passwordStdin := fs.Bool("password-stdin", false, "read the registry password from standard input")
+	insecure := fs.Bool("insecure", false, "reach the image's registry over plain HTTP")
+	platform := fs.String("platform", "linux/"+goarch(), "platform to pick from a multi-platform image")
+	writable := fs.String("writable-layer-size", "20Gi", "writable_layer_size of the template spec (fingerprint input)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: build: %v", errUsage, err)
+	}
+	if *image == "" || fs.NArg() != 0 {
+		return fmt.Errorf("%w: build --image REF [--envd FILE] [--ca FILE|--no-ca] [--out DIR] [--username U --password-stdin] [--insecure]", errUsage)
+	}
+	parsed, err := oci.ValidateImageRef(*image)
+	if err != nil {
+		return err
+	}
+	var password string
+	if *passwordStdin {
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		if err != nil && err != io.EOF {
+			return fmt.Errorf("read password: %w", err)
+		}
+		password = strings.TrimRight(line, "\r\n")
+	}
+	var envd []byte
+	envdSHA := ""
+	if *envdPath != "" {
+		if envd, err = os.ReadFile(*envdPath); err != nil {
+			return fmt.Errorf("read envd: %w", err)
+		}
+		b := api.Build{BuildRequest: api.BuildRequest{EnvdData: envd}}
+		if err := b.ValidateEnvd(); err != nil {
+			return fmt.Errorf("envd %s: %w", *envdPath, err)
+		}
+		envdSHA = b.EnvdSHA
+	}
+	outDir, err := filepath.Abs(*out)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return fmt.Errorf("create output directory: %w", err)
+	}
+	pull := oci.Options{CacheDir: *cache, Platform: platformOf(*platform), LocalRoots: []string{"/"}}
+	if *insecure && parsed.Kind == oci.KindRegistry {
+		pull.Insecure = []string{parsed.Reference.Context().RegistryStr()}
+	}
+	b, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(outDir), CAPath: *caPath, Pull: pull,
+		HeadroomPercent: 10, HeadroomInodes: 4096})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	began := time.Now()
+	bar := newProgressBar(stderr)
+	bar.phase("resolving " + *image)
+	img, err := b.Resolve(ctx, rootfs.Source{Ref: *image, Username: *username, Password: password})
+	if err != nil {
+		return err
+	}
+	var ca *rootfs.CA
+	if !*noCA {
+		if ca, err = b.LoadCA(ctx); err != nil {
+			return fmt.Errorf("%w (use --no-ca to build without it)", err)
+		}
+	}
+	tmpl := api.TemplateRequest{SourceImageRef: *image, WritableLayerSize: *writable}
+	caFP := ""
+	if ca != nil {
+		caFP = ca.Fingerprint
+	}
+	fp := api.Fingerprint(&tmpl, img.Digest, caFP, envdSHA)
+	art, err := b.Build(ctx, rootfs.Spec{Image: img, ArtifactID: api.ArtifactID(fp), Fingerprint: fp, Envd: envd, CA: ca}, bar.update)
+	bar.done()
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(buildResult{ArtifactID: art.ID, Ext4Path: art.Path, Ext4SHA256: art.SHA256, Ext4SizeBytes: art.Size,
+		Fingerprint: fp, SourceDigest: img.Digest, ImageConfig: img.Config, CABaked: art.CABaked, CAFingerprint: caFP,
+		CATargets: art.CATargets, DurationSeconds: time.Since(began).Seconds()})
+}
+
+func defaultCacheDir() string {
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "cube-templatecenter", "layers")
+	}
+	return filepath.Join(os.TempDir(), "cube-templatecenter-layers")
+}
+
+// progressBar draws build progress on a terminal and stays silent otherwise.
+type progressBar struct {
+	w    io.Writer
+	tty  bool
+	last string
+}
+
+func newProgressBar(w io.Writer) *progressBar {
+	p := &progressBar{w: w}
+	if f, ok := w.(*os.File); ok {
+		_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+		p.tty = err == nil
+	}
+	return p
+}
+
+func (p *progressBar) phase(s string) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", s)
+	}
+}
+
+func (p *progressBar) update(pr rootfs.Progress) {
+	if !p.tty {
+		return
+	}
+	const width = 30
+	filled := width * pr.Percent / 100
+	line := fmt.Sprintf("[%s%s] %3d%%", strings.Repeat("#", filled), strings.Repeat(" ", width-filled), pr.Percent)
+	if pr.Pull != nil && !pr.Pull.Done {
+		line += fmt.Sprintf(" pulling %d/%d layers, %.1f/%.1f MB", pr.Pull.CompletedLayers, pr.Pull.TotalLayers,
+			float64(pr.Pull.DownloadedBytes)/1e6, float64(pr.Pull.TotalBytes)/1e6)
+	} else if pr.Percent >= 60 {
+		line += " writing ext4"
+	}
+	if line != p.last {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		p.last = line
+	}
+}
+
+func (p *progressBar) done() {
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

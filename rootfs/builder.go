@@ -1,0 +1,267 @@
+package rootfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/inject"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
+)
+
+// Options configure a Builder.
+type Options struct {
+	// Store is where artifacts are published.
+	Store Store
+	// CAPath is the egress CA baked into images.
+	CAPath string
+	// Pull configures image sources and the layer cache.
+	Pull oci.Options
+	// HeadroomPercent and HeadroomInodes are left free in every image for
+	// the guest to write.
+	HeadroomPercent int
+	HeadroomInodes  int
+}
+
+// Builder resolves images and builds template images from them.
+type Builder struct {
+	opts   Options
+	puller *oci.Puller
+}
+
+// NewBuilder opens the layer cache; Close releases it.
+func NewBuilder(opts Options) (*Builder, error) {
+	if opts.Store == "" {
+		return nil, errors.New("new builder: no store directory")
+	}
+	p, err := oci.New(opts.Pull)
+	if err != nil {
+		return nil, err
+	}
+	return &Builder{opts: opts, puller: p}, nil
+}
+
+// Close releases the layer cache.
+func (b *Builder) Close() error { return b.puller.Close() }
+
+// Resolve reads the image's manifest and configuration.
+func (b *Builder) Resolve(ctx context.Context, src Source) (*Image, error) {
+	img, err := b.puller.Resolve(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	return &Image{Digest: img.Digest, Config: img.Config, CompressedSize: img.CompressedSize,
+		Created: img.Created, resolved: img}, nil
+}
+
+// LoadCA reads the configured egress CA.
+func (b *Builder) LoadCA(ctx context.Context) (*CA, error) {
+	return inject.LoadCA(b.opts.CAPath)
+}
+
+// Progress milestones of Build: downloads take 40→60, layers 60→95.
+const (
+	percentFetch  = 40
+	percentLayers = 60
+	percentFinish = 95
+)
+
+// Build fetches the image's layers, flattens them into a new ext4 image with
+// envd and the CA injected, and publishes it as spec.ArtifactID. Nothing
+// from the image touches the host filesystem except the image file itself,
+// which appears under its final name only when complete.
+func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (*Artifact, error) {
+	if progress == nil {
+		progress = func(Progress) {}
+	}
+	img := spec.Image
+	if img == nil || img.resolved == nil {
+		return nil, errors.New("build: image was not returned by Resolve")
+	}
+	if err := b.checkSpace(img); err != nil {
+		return nil, err
+	}
+	layers, err := b.puller.Fetch(ctx, img.resolved, func(p oci.Progress) {
+		pct := percentFetch
+		if p.TotalBytes > 0 {
+			pct += int(int64(percentLayers-percentFetch) * p.DownloadedBytes / p.TotalBytes)
+		}
+		progress(Progress{Percent: pct, Pull: &PullProgress{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes,
+			TotalLayers: p.TotalLayers, CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetch layers: %w", err)
+	}
+	defer layers.Close()
+	progress(Progress{Percent: percentLayers, Pull: &PullProgress{TotalBytes: img.CompressedSize, DownloadedBytes: img.CompressedSize,
+		TotalLayers: layers.Len(), CompletedLayers: layers.Len(), Done: true}})
+
+	f, err := b.opts.Store.CreateTemp(spec.ArtifactID)
+	if err != nil {
+		return nil, err
+	}
+	published := false
+	defer func() {
+		if !published {
+			b.opts.Store.Discard(f, spec.ArtifactID)
+		}
+	}()
+	art, err := b.write(ctx, f, spec, layers, progress)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.opts.Store.Publish(f, spec.ArtifactID); err != nil {
+		return nil, err
+	}
+	published = true
+	fi, err := os.Stat(b.opts.Store.ArtifactPath(spec.ArtifactID))
+	if err != nil {
+		return nil, fmt.Errorf("stat published image: %w", err)
+	}
+	art.ModTime = fi.ModTime()
+	return art, nil
+}
+
+// write produces the image in f: layers, injections, metadata, hash.
+func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.Layers, progress ProgressFunc) (*Artifact, error) {
+	img := spec.Image
+	stamp := img.Created
+	if stamp.IsZero() {
+		stamp = time.Unix(0, 0)
+	}
+	w, err := ext4.NewWriter(f, ext4.Options{
+		UUID: derive("uuid", spec.Fingerprint), HashSeed: derive("hash-seed", spec.Fingerprint),
+		Label: "cube-rootfs", Time: stamp, JournalBlocks: journalBlocks(img.CompressedSize),
+		HeadroomPercent: uint32(b.opts.HeadroomPercent), HeadroomMinBlocks: 1024, HeadroomInodes: uint32(b.opts.HeadroomInodes),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start ext4 image: %w", err)
+	}
+	tree := flatten.New(w, flatten.Options{RootTime: stamp})
+	n := layers.Len()
+	for i := 0; i < n; i++ {
+		if err := applyLayer(ctx, tree, layers, i); err != nil {
+			return nil, err
+		}
+		progress(Progress{Percent: percentLayers + (percentFinish-percentLayers)*(i+1)/n})
+	}
+	if spec.Envd != nil {
+		if err := inject.Envd(ctx, tree, spec.Envd, stamp); err != nil {
+			return nil, fmt.Errorf("inject envd: %w", err)
+		}
+	}
+	art := &Artifact{ID: spec.ArtifactID, Path: b.opts.Store.ArtifactPath(spec.ArtifactID)}
+	if spec.CA != nil {
+		res, err := inject.BakeCA(ctx, tree, spec.CA, stamp)
+		if err != nil {
+			return nil, fmt.Errorf("bake cube egress CA: %w", err)
+		}
+		if !res.Baked {
+			return nil, fmt.Errorf("bake cube egress CA: nothing written and the CA is not in the image (skipped: %v)", res.Skipped)
+		}
+		art.CABaked, art.CATargets = true, res.TargetsWritten
+	}
+	stats, err := w.Finish(ctx, tree.Root())
+	if err != nil {
+		return nil, fmt.Errorf("write ext4 metadata: %w", err)
+	}
+	sum, err := hashFile(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	art.SHA256, art.Size = sum, stats.Size
+	return art, nil
+}
+
+// applyLayer decompresses layer i on its own goroutine (read-ahead) while
+// the tree writes its files, keeping two cores busy.
+func applyLayer(ctx context.Context, tree *flatten.Tree, layers *oci.Layers, i int) error {
+	blob, err := layers.Open(i)
+	if err != nil {
+		return fmt.Errorf("open layer %d: %w", i, err)
+	}
+	defer blob.Close()
+	tarStream, err := flatten.Decompress(blob)
+	if err != nil {
+		return fmt.Errorf("layer %d: %w", i, err)
+	}
+	defer tarStream.Close()
+	ahead := flatten.ReadAhead(ctxReader{ctx, tarStream})
+	defer ahead.Close()
+	if err := tree.ApplyLayer(ctx, i, ahead); err != nil {
+		return fmt.Errorf("apply layer %d: %w", i, err)
+	}
+	return nil
+}
+
+// ctxReader ends a read loop when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// derive makes a stable 16-byte value from the fingerprint, so the same spec
+// always gets the same filesystem UUID and directory hash seed.
+func derive(purpose, fingerprint string) [16]byte {
+	sum := sha256.Sum256([]byte("cube-templatecenter " + purpose + " " + fingerprint))
+	var out [16]byte
+	copy(out[:], sum[:16])
+	out[6] = out[6]&0x0f | 0x40 // RFC 4122 version 4 layout
+	out[8] = out[8]&0x3f | 0x80
+	return out
+}
+
+// journalBlocks sizes the journal from the compressed image size (a stable
+// input, so the layout stays deterministic): 4 MiB for small images up to
+// 64 MiB, never more than mke2fs would choose.
+func journalBlocks(compressed int64) uint32 {
+	switch est := compressed * 3; {
+	case est < 128<<20:
+		return 1024
+	case est < 1<<30:
+		return 4096
+	case est < 8<<30:
+		return 8192
+	default:
+		return 16384
+	}
+}
+
+// checkSpace fails early when the store clearly cannot hold the image:
+// layers expand to about three times their compressed size.
+func (b *Builder) checkSpace(img *Image) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(string(b.opts.Store), &st); err != nil {
+		return fmt.Errorf("check store space: %w", err)
+	}
+	available := int64(st.Bavail) * int64(st.Bsize)
+	required := img.CompressedSize*3 + 64<<20
+	if available < required {
+		return fmt.Errorf("insufficient disk space: available=%d bytes required=%d bytes (store %s)", available, required, b.opts.Store)
+	}
+	return nil
+}
+
+func hashFile(ctx context.Context, f *os.File) (string, error) {
+	h := sha256.New()
+	if _, err := io.Copy(h, ctxReader{ctx, io.NewSectionReader(f, 0, 1<<62)}); err != nil {
+		return "", fmt.Errorf("hash image: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
