@@ -479,8 +479,7 @@ func (r *jobRun) persistPull(ctx context.Context, final bool) {
 	sent := *p
 	r.pullSent, r.pullSentAt = &sent, time.Now()
 	r.mu.Unlock()
-	r.report(ctx, spool.KindPull, api.PullReport(api.PullProgress{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes,
-		TotalLayers: p.TotalLayers, CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}))
+	r.report(ctx, spool.KindPull, api.PullReport(*p))
 }
 
 // report queues a non-terminal report.

@@ -72,22 +72,27 @@ const heads = "SELECT MIN(id) FROM reports GROUP BY job_id"
 // DueReports returns up to limit reports that head their job's queue and
 // whose next attempt is due at now.
 func (s *Spool) DueReports(ctx context.Context, now time.Time, limit int) ([]Report, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+reportColumns+" FROM reports WHERE id IN ("+heads+
+	return s.queryReports(ctx, "list due reports", "SELECT "+reportColumns+" FROM reports WHERE id IN ("+heads+
 		") AND next_attempt <= ? ORDER BY next_attempt, id LIMIT ?", now.UnixMilli(), limit)
+}
+
+// queryReports runs a query selecting reportColumns.
+func (s *Spool) queryReports(ctx context.Context, op, query string, args ...any) ([]Report, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list due reports: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer rows.Close()
 	var out []Report
 	for rows.Next() {
 		r, err := scanReport(rows)
 		if err != nil {
-			return nil, fmt.Errorf("scan report: %w", err)
+			return nil, fmt.Errorf("%s: scan report: %w", op, err)
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list due reports: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
 }
@@ -108,24 +113,10 @@ func (s *Spool) NextDue(ctx context.Context) (time.Time, bool, error) {
 
 // Reports lists the outbox in delivery order, optionally for one job.
 func (s *Spool) Reports(ctx context.Context, jobID string) ([]Report, error) {
-	query, args := "SELECT "+reportColumns+" FROM reports ORDER BY id", []any{}
-	if jobID != "" {
-		query, args = "SELECT "+reportColumns+" FROM reports WHERE job_id = ? ORDER BY id", []any{jobID}
+	if jobID == "" {
+		return s.queryReports(ctx, "list reports", "SELECT "+reportColumns+" FROM reports ORDER BY id")
 	}
-	rows, err := s.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list reports: %w", err)
-	}
-	defer rows.Close()
-	var out []Report
-	for rows.Next() {
-		r, err := scanReport(rows)
-		if err != nil {
-			return nil, fmt.Errorf("scan report: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return s.queryReports(ctx, "list reports", "SELECT "+reportColumns+" FROM reports WHERE job_id = ? ORDER BY id", jobID)
 }
 
 // RemoveReport deletes a report that was delivered or is given up on. A

@@ -1,6 +1,10 @@
 package api
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+)
 
 // Job statuses and phases the agent reports. CubeMaster, not the agent,
 // moves a job to READY after distribution.
@@ -42,17 +46,8 @@ func FingerprintReport(artifactID, fingerprint, digest string) Report {
 	return Report{"artifact_id": artifactID, "template_spec_fingerprint": fingerprint, "source_image_digest": digest}
 }
 
-// PullProgress is the byte-level state of a layer download.
-type PullProgress struct {
-	TotalBytes      int64
-	DownloadedBytes int64
-	TotalLayers     int
-	CompletedLayers int
-	SpeedBPS        int64
-}
-
 // PullReport carries download progress.
-func PullReport(p PullProgress) Report {
+func PullReport(p rootfs.PullProgress) Report {
 	return Report{
 		"pull_total_bytes":      p.TotalBytes,
 		"pull_downloaded_bytes": p.DownloadedBytes,
