@@ -2,12 +2,9 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -349,7 +346,7 @@ func (e *executor) reusable(ctx context.Context, fp string, log *slog.Logger) (*
 		return &built, true
 	}
 	if err == nil && fi.Mode().IsRegular() && fi.Size() == rec.Size {
-		if sum, herr := fileSHA256(ctx, rec.Path); herr == nil && sum == rec.SHA256 {
+		if sum, herr := rootfs.FileSHA256(ctx, rec.Path); herr == nil && sum == rec.SHA256 {
 			rec.ModTime = fi.ModTime()
 			if err := sp.PutArtifact(ctx, rec); err != nil {
 				log.Warn("refresh artifact record", "err", err)
@@ -362,32 +359,6 @@ func (e *executor) reusable(ctx context.Context, fp string, log *slog.Logger) (*
 		log.Warn("forget stale artifact", "err", err)
 	}
 	return nil, false
-}
-
-func fileSHA256(ctx context.Context, path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, readerCtx{ctx, f}); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// readerCtx stops a long read when its context ends.
-type readerCtx struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r readerCtx) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return r.r.Read(p)
 }
 
 // setPhase records a phase change and reports it.

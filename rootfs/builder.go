@@ -15,6 +15,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inject"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 )
 
@@ -174,7 +175,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	if err != nil {
 		return nil, fmt.Errorf("write ext4 metadata: %w", err)
 	}
-	sum, err := hashFile(ctx, f)
+	sum, err := FileSHA256(ctx, f.Name())
 	if err != nil {
 		return nil, err
 	}
@@ -195,25 +196,12 @@ func applyLayer(ctx context.Context, tree *flatten.Tree, layers *oci.Layers, i i
 		return fmt.Errorf("layer %d: %w", i, err)
 	}
 	defer tarStream.Close()
-	ahead := flatten.ReadAhead(ctxReader{ctx, tarStream})
+	ahead := flatten.ReadAhead(fsutil.ContextReader(ctx, tarStream))
 	defer ahead.Close()
 	if err := tree.ApplyLayer(ctx, i, ahead); err != nil {
 		return fmt.Errorf("apply layer %d: %w", i, err)
 	}
 	return nil
-}
-
-// ctxReader ends a read loop when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // derive makes a stable 16-byte value from the fingerprint, so the same spec
@@ -258,10 +246,16 @@ func (b *Builder) checkSpace(img *Image) error {
 	return nil
 }
 
-func hashFile(ctx context.Context, f *os.File) (string, error) {
+// FileSHA256 hashes a file, stopping when ctx ends.
+func FileSHA256(ctx context.Context, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, ctxReader{ctx, io.NewSectionReader(f, 0, 1<<62)}); err != nil {
-		return "", fmt.Errorf("hash image: %w", err)
+	if _, err := io.Copy(h, fsutil.ContextReader(ctx, f)); err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

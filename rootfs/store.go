@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
 )
 
 // Store is the artifact directory shared with CubeMaster: each artifact is
@@ -71,7 +73,7 @@ func (s Store) Publish(f *os.File, id string) (err error) {
 	if err := os.Rename(tmp, s.ArtifactPath(id)); err != nil {
 		return fmt.Errorf("publish image: %w", err)
 	}
-	return syncDir(s.ArtifactDir(id))
+	return fsutil.SyncDir(s.ArtifactDir(id))
 }
 
 // Discard removes a temporary image after a failed build, and the artifact
@@ -80,18 +82,6 @@ func (s Store) Discard(f *os.File, id string) {
 	f.Close()
 	os.Remove(f.Name())
 	os.Remove(s.ArtifactDir(id)) // only succeeds when empty
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // CleanLeftovers removes what a crash of this host's agent can leave in the

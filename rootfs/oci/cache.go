@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
 )
 
 // tmpPrefix starts the name of every partial blob; New removes such files.
@@ -236,7 +238,7 @@ func (c *blobCache) verifyFile(ctx context.Context, hexDigest string, size int64
 	h := sha256.New()
 	bp := c.bufs.Get().(*[]byte)
 	defer c.bufs.Put(bp)
-	if _, err := io.CopyBuffer(h, ctxReader{ctx, f}, *bp); err != nil {
+	if _, err := io.CopyBuffer(h, fsutil.ContextReader(ctx, f), *bp); err != nil {
 		return false, fmt.Errorf("verify cached blob sha256:%s: %w", hexDigest, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)) == hexDigest, nil
@@ -316,7 +318,7 @@ func (c *blobCache) write(ctx context.Context, hexDigest string, size int64, r i
 	if err := os.Rename(tmp.Name(), c.path(hexDigest)); err != nil {
 		return fmt.Errorf("commit blob: %w", err)
 	}
-	if err := syncDir(c.dir); err != nil {
+	if err := fsutil.SyncDir(c.dir); err != nil {
 		return fmt.Errorf("commit blob: %w", err)
 	}
 	return nil
@@ -376,26 +378,4 @@ func (c *blobCache) evictLocked() {
 func (c *blobCache) touch(hexDigest string) {
 	now := time.Now()
 	_ = os.Chtimes(c.path(hexDigest), now, now)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// ctxReader fails reads once ctx is done, so local copies stop promptly.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return r.r.Read(p)
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
 )
 
 // maxMetaSize bounds manifests, indexes and configs read from local sources.
@@ -215,7 +217,7 @@ func readLayoutBlob(ctx context.Context, lp layout.Path, h v1.Hash) ([]byte, err
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(ctxReader{ctx, rc}, maxMetaSize+1))
+	b, err := io.ReadAll(io.LimitReader(fsutil.ContextReader(ctx, rc), maxMetaSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read blob %s: %w", h, err)
 	}
@@ -410,7 +412,7 @@ func (p *Puller) resolveArchive(ctx context.Context, pr ParsedRef) (*Image, erro
 			ld.Digest = cf.RootFS.DiffIDs[i]
 		} else {
 			h := sha256.New()
-			if _, err := io.Copy(h, ctxReader{ctx, io.NewSectionReader(f, e.off, e.size)}); err != nil {
+			if _, err := io.Copy(h, fsutil.ContextReader(ctx, io.NewSectionReader(f, e.off, e.size))); err != nil {
 				return nil, fmt.Errorf("%s: hash layer %d: %w", what, i, err)
 			}
 			ld.Digest = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
