@@ -26,6 +26,7 @@ func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /tc/api/v1/build", a.authorized(a.handleBuild))
 	mux.Handle("POST /tc/api/v1/artifact/delete", a.authorized(a.handleArtifactDelete))
+	mux.Handle("POST /tc/api/v1/artifact/upload", a.authorized(a.handleArtifactUpload))
 	mux.Handle("GET /tc/api/v1/jobs", a.authorized(a.handleJobs))
 	mux.Handle("GET /tc/api/v1/jobs/{id}", a.authorized(a.handleJob))
 	mux.HandleFunc("GET /health", a.handleHealth)

@@ -1,10 +1,13 @@
 package rootfs
 
 import (
+	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -126,4 +129,15 @@ func (s Store) CleanLeftovers() ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// CopyHashed copies src to dst while hashing it, stopping when ctx ends. It
+// returns the SHA-256 (hex) and length of what was copied.
+func CopyHashed(ctx context.Context, dst io.Writer, src io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(dst, h), fsutil.ContextReader(ctx, src))
+	if err != nil {
+		return "", n, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
 }

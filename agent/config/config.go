@@ -48,6 +48,9 @@ type Common struct {
 	MaxBodyBytes      ByteSize      `yaml:"max_body_bytes"`
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	// MaxUploadBytes and UploadTimeout bound POST /tc/api/v1/artifact/upload.
+	MaxUploadBytes ByteSize      `yaml:"max_upload_bytes"`
+	UploadTimeout  time.Duration `yaml:"upload_timeout"`
 }
 
 // Log holds logging settings.
@@ -129,7 +132,8 @@ type Shutdown struct {
 func Default() *Config {
 	return &Config{
 		Common: Common{HTTPBind: "0.0.0.0", HTTPPort: 8090, MaxBodyBytes: 24 << 20,
-			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute},
+			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
+			MaxUploadBytes: 64 << 30, UploadTimeout: time.Hour},
 		Log: Log{Level: "info", Format: "text"},
 		Master: Master{Addr: "http://127.0.0.1:8089", CallbackTimeout: 10 * time.Second,
 			RetryInitial: 500 * time.Millisecond, RetryMax: 30 * time.Second, ProgressAttempts: 6},
@@ -297,6 +301,9 @@ func (c *Config) Validate() error {
 	if c.Common.MaxBodyBytes < 1<<20 {
 		bad("common.max_body_bytes", "%d is below 1MiB", c.Common.MaxBodyBytes)
 	}
+	if c.Common.MaxUploadBytes < 1<<20 {
+		bad("common.max_upload_bytes", "%d is below 1MiB", c.Common.MaxUploadBytes)
+	}
 	if _, err := ParseLevel(c.Log.Level); err != nil {
 		bad("log.level", "%v", err)
 	}
@@ -308,6 +315,7 @@ func (c *Config) Validate() error {
 	}
 	positive := map[string]time.Duration{
 		"common.read_header_timeout": c.Common.ReadHeaderTimeout, "common.read_timeout": c.Common.ReadTimeout,
+		"common.upload_timeout":   c.Common.UploadTimeout,
 		"master.callback_timeout": c.Master.CallbackTimeout, "master.retry_initial": c.Master.RetryInitial,
 		"master.retry_max": c.Master.RetryMax, "spool.retention": c.Spool.Retention,
 		"build.heartbeat_interval": c.Build.HeartbeatInterval, "shutdown.timeout": c.Shutdown.Timeout,
