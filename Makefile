@@ -8,9 +8,9 @@ BIN     := bin/templatecenter
 # Debian packages the tests use: e2fsprogs (e2fsck, debugfs), systemd
 # (systemd-socket-activate), docker-registry (a real registry server),
 # apache2-utils (htpasswd for its auth), umoci (an independent reference
-# unpacker), attr (getfattr).
-TEST_PACKAGES := e2fsprogs systemd docker-registry apache2-utils umoci attr
-TEST_TOOLS    := e2fsck debugfs systemd-socket-activate docker-registry htpasswd umoci getfattr
+# unpacker), attr (getfattr), debootstrap (a real Debian rootfs to build).
+TEST_PACKAGES := e2fsprogs systemd docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv
+TEST_TOOLS    := e2fsck debugfs systemd-socket-activate docker-registry htpasswd umoci getfattr debootstrap
 
 .PHONY: all build demo test test-unit vet fmt-check deps clean
 

@@ -198,10 +198,8 @@ func applyLayer(ctx context.Context, tree *flatten.Tree, layers *oci.Layers, i i
 	defer tarStream.Close()
 	ahead := flatten.ReadAhead(fsutil.ContextReader(ctx, tarStream))
 	defer ahead.Close()
-	if err := tree.ApplyLayer(ctx, i, ahead); err != nil {
-		return fmt.Errorf("apply layer %d: %w", i, err)
-	}
-	return nil
+	// ApplyLayer's errors already name the layer and entry.
+	return tree.ApplyLayer(ctx, i, ahead)
 }
 
 // derive makes a stable 16-byte value from the fingerprint, so the same spec

@@ -78,7 +78,8 @@ func fsPath(p string) (string, error) {
 }
 
 // Stat describes the inode at p.
-func (im *Image) Stat(p string) (Entry, error) {
+func (im *Image) Stat(p string) (e Entry, err error) {
+	defer guard("stat", p, &err)
 	fp, err := fsPath(p)
 	if err != nil {
 		return Entry{}, err
@@ -94,7 +95,8 @@ func (im *Image) Stat(p string) (Entry, error) {
 }
 
 // List returns the entries of the directory at p, sorted by name.
-func (im *Image) List(p string) ([]Entry, error) {
+func (im *Image) List(p string) (list []Entry, err error) {
+	defer guard("list", p, &err)
 	fp, err := fsPath(p)
 	if err != nil {
 		return nil, err
@@ -151,11 +153,7 @@ func (im *Image) ReadFile(p string) (data []byte, err error) {
 		return nil, fmt.Errorf("open %s: %w", p, err)
 	}
 	defer f.Close()
-	defer func() {
-		if r := recover(); r != nil {
-			data, err = nil, fmt.Errorf("read %s: the ext4 reader failed: %v", p, r)
-		}
-	}()
+	defer guard("read", p, &err)
 	data = make([]byte, e.Size)
 	n, err := f.Read(data)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -165,4 +163,12 @@ func (im *Image) ReadFile(p string) (data []byte, err error) {
 		return nil, fmt.Errorf("read %s: got %d of %d bytes", p, n, e.Size)
 	}
 	return data, nil
+}
+
+// guard turns a panic of the go-diskfs reader (it has several on valid
+// images, e.g. names of 248 bytes or more in v1.9.4) into an error.
+func guard(op, p string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s %s: the ext4 reader failed: %v", op, p, r)
+	}
 }
