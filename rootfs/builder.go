@@ -143,6 +143,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		UUID: derive("uuid", spec.Fingerprint), HashSeed: derive("hash-seed", spec.Fingerprint),
 		Label: "cube-rootfs", Time: stamp, JournalBlocks: journalBlocks(img.CompressedSize),
 		HeadroomPercent: uint32(b.opts.HeadroomPercent), HeadroomMinBlocks: 1024, HeadroomInodes: uint32(b.opts.HeadroomInodes),
+		NoSync: true, // flushed below while the image is hashed
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start ext4 image: %w", err)
@@ -175,11 +176,25 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	if err != nil {
 		return nil, fmt.Errorf("write ext4 metadata: %w", err)
 	}
-	sum, err := FileSHA256(ctx, f.Name())
-	if err != nil {
-		return nil, err
+	// Hashing reads the page cache while the disk flushes: overlap them.
+	type hashed struct {
+		sum string
+		err error
 	}
-	art.SHA256, art.Size = sum, stats.Size
+	done := make(chan hashed, 1)
+	go func() {
+		sum, err := FileSHA256(ctx, f.Name())
+		done <- hashed{sum, err}
+	}()
+	syncErr := f.Sync()
+	h := <-done
+	switch {
+	case syncErr != nil:
+		return nil, fmt.Errorf("sync image: %w", syncErr)
+	case h.err != nil:
+		return nil, h.err
+	}
+	art.SHA256, art.Size = h.sum, stats.Size
 	return art, nil
 }
 

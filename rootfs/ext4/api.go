@@ -53,6 +53,9 @@ type Options struct {
 	// MaxSize bounds the image in bytes (it fixes how much room the group
 	// descriptor table reserves); Finish fails if the content needs more.
 	MaxSize int64
+	// NoSync leaves flushing the finished image to the caller, who may
+	// overlap it with other work (hashing the file, say).
+	NoSync bool
 }
 
 // Xattr is one extended attribute with its full name ("security.capability",
@@ -135,7 +138,8 @@ type Writer interface {
 	// OpenData reads back content written earlier (holes read as zeros).
 	OpenData(d Data, size int64) io.Reader
 	// Finish writes every inode, directory, bitmap, descriptor and the
-	// superblock for the tree under root, sizes the file and syncs it.
+	// superblock for the tree under root, sizes the file and syncs it
+	// (unless Options.NoSync).
 	Finish(ctx context.Context, root *Node) (Stats, error)
 }
 

@@ -470,6 +470,9 @@ func (f *finisher) write() error {
 	if err := w.f.Truncate(int64(g.blocks) * BlockSize); err != nil {
 		return fmt.Errorf("size image: %w", err)
 	}
+	if w.opts.NoSync {
+		return nil
+	}
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("sync image: %w", err)
 	}
