@@ -8,9 +8,12 @@ BIN     := bin/templatecenter
 # Debian packages the tests use: e2fsprogs (e2fsck, debugfs), systemd
 # (systemd-socket-activate), docker-registry (a real registry server),
 # apache2-utils (htpasswd for its auth), umoci (an independent reference
-# unpacker), attr (getfattr), debootstrap (a real Debian rootfs to build).
-TEST_PACKAGES := e2fsprogs systemd docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv
-TEST_TOOLS    := e2fsck debugfs systemd-socket-activate docker-registry htpasswd umoci getfattr debootstrap
+# unpacker), attr (getfattr), debootstrap (a real Debian rootfs to build,
+# and the root of the systemd-nspawn container the packaging suite boots),
+# systemd-container (systemd-nspawn), lintian, rpm, shellcheck and binutils
+# (package checks).
+TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils
+TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump
 
 .PHONY: all build demo test test-unit vet fmt-check deps clean
 
@@ -53,3 +56,4 @@ deps:
 
 clean:
 	rm -rf bin .demo
+include packaging/packaging.mk

@@ -1,0 +1,236 @@
+package system
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// packagedFiles are the payload files both packages carry (deb paths; the
+// rpm has its units under /usr/lib) with their modes.
+var packagedFiles = map[string]string{
+	"/usr/bin/templatecenter":                                "-rwxr-xr-x",
+	"/usr/share/man/man8/templatecenter.8.gz":                "-rw-r--r--",
+	"/lib/systemd/system/" + serviceUnit:                     "-rw-r--r--",
+	"/lib/systemd/system/" + socketUnit:                      "-rw-r--r--",
+	"/usr/lib/sysusers.d/cube-templatecenter.conf":           "-rw-r--r--",
+	"/usr/lib/tmpfiles.d/cube-templatecenter.conf":           "-rw-r--r--",
+	"/etc/cube-templatecenter/conf.yaml":                     "-rw-r--r--",
+	"/etc/cube-templatecenter/templatecenter.env":            "-rw-------",
+	"/usr/share/doc/cube-templatecenter/copyright":           "-rw-r--r--",
+	"/usr/share/doc/cube-templatecenter/changelog.Debian.gz": "-rw-r--r--",
+}
+
+var conffiles = []string{"/etc/cube-templatecenter/conf.yaml", "/etc/cube-templatecenter/templatecenter.env"}
+
+// glibcNeeded is the newest GLIBC_x.y symbol version the binary links.
+func glibcNeeded(t *testing.T, bin string) string {
+	t.Helper()
+	out := run(t, "objdump", "-T", bin)
+	best := ""
+	for _, m := range regexp.MustCompile(`GLIBC_(\d+\.\d+(?:\.\d+)?)`).FindAllStringSubmatch(out, -1) {
+		if best == "" || versionLess(best, m[1]) {
+			best = m[1]
+		}
+	}
+	if best == "" {
+		t.Fatalf("%s links no GLIBC symbol: was it built without cgo?", bin)
+	}
+	return best
+}
+
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) || i < len(bs); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+func TestDebPackage(t *testing.T) {
+	needTools(t, "dpkg-deb")
+	old, _ := packages(t)
+
+	field := func(name string) string { return strings.TrimSpace(run(t, "dpkg-deb", "-f", old.Deb, name)) }
+	if got := field("Package"); got != pkgName {
+		t.Errorf("Package: %q", got)
+	}
+	if got := field("Version"); got != old.Version+"-1" {
+		t.Errorf("Version: %q, want %s-1", got, old.Version)
+	}
+	glibc := glibcNeeded(t, old.Binary)
+	depends := field("Depends")
+	m := regexp.MustCompile(`(?:^|, )libc6 \(>= ([0-9.]+)\)`).FindStringSubmatch(depends)
+	if m == nil {
+		t.Errorf("Depends %q lacks a versioned libc6 (the cgo SQLite driver needs GLIBC_%s)", depends, glibc)
+	} else if versionLess(m[1], glibc) {
+		t.Errorf("Depends libc6 (>= %s), but the binary needs GLIBC_%s", m[1], glibc)
+	}
+	if !strings.Contains(depends, "procps") {
+		t.Errorf("Depends %q lacks procps (/bin/kill for ExecReload=)", depends)
+	}
+
+	listing := run(t, "dpkg-deb", "-c", old.Deb)
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(listing), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && !strings.HasSuffix(f[5], "/") {
+			got[strings.TrimPrefix(f[5], ".")] = f[0]
+			if f[1] != "root/root" {
+				t.Errorf("%s owned by %s", f[5], f[1])
+			}
+		}
+	}
+	for path, mode := range packagedFiles {
+		if got[path] != mode {
+			t.Errorf("%s: mode %q, want %q", path, got[path], mode)
+		}
+	}
+	for path := range got {
+		if _, ok := packagedFiles[path]; !ok {
+			t.Errorf("unexpected file %s", path)
+		}
+	}
+
+	if got := strings.Fields(run(t, "dpkg-deb", "-I", old.Deb, "conffiles")); !slices.Equal(got, conffiles) {
+		t.Errorf("conffiles %q, want %q", got, conffiles)
+	}
+	for _, script := range []string{"postinst", "prerm", "postrm"} {
+		body := run(t, "dpkg-deb", "-I", old.Deb, script)
+		want, err := os.ReadFile(filepath.Join(repoRoot, "packaging", "deb", script))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body != string(want) {
+			t.Errorf("%s differs from packaging/deb/%s", script, script)
+		}
+	}
+
+	// The payload: units as in systemd/, a binary that runs and knows its
+	// version.
+	root := t.TempDir()
+	run(t, "dpkg-deb", "-x", old.Deb, root)
+	for _, unit := range []string{serviceUnit, socketUnit} {
+		a, _ := os.ReadFile(filepath.Join(root, "lib/systemd/system", unit))
+		b, _ := os.ReadFile(filepath.Join(repoRoot, "systemd", unit))
+		if !bytes.Equal(a, b) || len(a) == 0 {
+			t.Errorf("packaged %s differs from systemd/%s", unit, unit)
+		}
+	}
+	if out := run(t, filepath.Join(root, "usr/bin/templatecenter"), "version"); strings.TrimSpace(out) != "templatecenter "+old.Version {
+		t.Errorf("templatecenter version: %q", out)
+	}
+	if out := run(t, filepath.Join(root, "usr/bin/templatecenter"), "--help"); !strings.Contains(out, "Usage: templatecenter") {
+		t.Errorf("templatecenter --help: %q", out)
+	}
+}
+
+// TestDebLintian fails on any lintian error; warnings are logged.
+func TestDebLintian(t *testing.T) {
+	needTools(t, "lintian")
+	old, _ := packages(t)
+	cmd := exec.Command("lintian", "--no-cfg", "--display-info", old.Deb)
+	out, err := cmd.CombinedOutput()
+	var errs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "E: ") {
+			errs = append(errs, line)
+		}
+	}
+	t.Logf("lintian:\n%s", out)
+	if len(errs) > 0 {
+		t.Errorf("lintian errors:\n%s", strings.Join(errs, "\n"))
+	}
+	if err != nil && len(errs) == 0 {
+		// lintian exits 1 on errors only (its default --fail-on=error).
+		t.Errorf("lintian: %v", err)
+	}
+}
+
+func TestRPMPackage(t *testing.T) {
+	needTools(t, "rpm")
+	old, _ := packages(t)
+	db := t.TempDir()
+	rpmq := func(args ...string) string {
+		return run(t, "rpm", append([]string{"--dbpath", db}, args...)...)
+	}
+	if got := rpmq("-qp", "--qf", "%{NAME} %{VERSION}-%{RELEASE}", old.RPM); got != pkgName+" "+old.Version+"-1" {
+		t.Errorf("name and version: %q", got)
+	}
+	if out := rpmq("-K", "--nosignature", old.RPM); !strings.Contains(out, "digests OK") {
+		t.Errorf("rpm -K: %q", out)
+	}
+
+	files := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(rpmq("-qplv", old.RPM)), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 9 && !strings.HasPrefix(f[0], "d") {
+			files[f[len(f)-1]] = f[0]
+			if f[2] != "root" || f[3] != "root" {
+				t.Errorf("%s owned by %s:%s", f[len(f)-1], f[2], f[3])
+			}
+		}
+	}
+	for path, mode := range packagedFiles {
+		if strings.HasPrefix(path, "/usr/share/doc/") {
+			continue // Debian's copyright and changelog
+		}
+		if strings.HasPrefix(path, "/lib/systemd/") {
+			path = "/usr" + path
+		}
+		if files[path] != mode {
+			t.Errorf("%s: mode %q, want %q", path, files[path], mode)
+		}
+	}
+	if got := strings.Fields(rpmq("-qpc", old.RPM)); !slices.Equal(got, conffiles) {
+		t.Errorf("config files %q, want %q", got, conffiles)
+	}
+	// Configuration is %config(noreplace): FILEFLAGS has RPMFILE_CONFIG
+	// (1) and RPMFILE_NOREPLACE (16).
+	for _, line := range strings.Split(rpmq("-qp", "--qf", `[%{FILEFLAGS} %{FILENAMES}\n]`, old.RPM), "\n") {
+		flags, name, ok := strings.Cut(line, " ")
+		if ok && slices.Contains(conffiles, name) {
+			if n, _ := strconv.Atoi(flags); n&1 == 0 || n&16 == 0 {
+				t.Errorf("%s: file flags %s, want config and noreplace", name, flags)
+			}
+		}
+	}
+
+	requires := rpmq("-qpR", old.RPM)
+	glibc := glibcNeeded(t, old.Binary)
+	m := regexp.MustCompile(`(?m)^glibc >= ([0-9.]+)$`).FindStringSubmatch(requires)
+	if m == nil || versionLess(m[1], glibc) {
+		t.Errorf("Requires %q: want glibc >= %s (the cgo SQLite driver)", requires, glibc)
+	}
+	if !strings.Contains(requires, "/usr/bin/kill") {
+		t.Errorf("Requires %q lacks /usr/bin/kill (ExecReload=)", requires)
+	}
+
+	scripts := rpmq("-qp", "--scripts", old.RPM)
+	for _, s := range []struct{ header, file string }{
+		{"postinstall scriptlet", "post.sh"}, {"preuninstall scriptlet", "preun.sh"}, {"postuninstall scriptlet", "postun.sh"},
+	} {
+		body, err := os.ReadFile(filepath.Join(repoRoot, "packaging", "rpm", s.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(scripts, s.header) || !strings.Contains(scripts, strings.TrimSpace(string(body))) {
+			t.Errorf("rpm --scripts lacks the %s from packaging/rpm/%s:\n%s", s.header, s.file, scripts)
+		}
+	}
+}
