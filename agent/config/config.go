@@ -141,7 +141,7 @@ func Default() *Config {
 		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour},
 		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
-			LayerCacheQuota: 20 << 30, DownloadJobs: 6, HeadroomPercent: 10, HeadroomInodes: 4096},
+			LayerCacheQuota: 20 << 30, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096},
 		Shutdown: Shutdown{Timeout: 25 * time.Second},
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 )
@@ -92,8 +93,9 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if *insecure && parsed.Kind == oci.KindRegistry {
 		pull.Insecure = []string{parsed.Reference.Context().RegistryStr()}
 	}
+	defaults := config.Default().Build
 	b, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(outDir), CAPath: *caPath, Pull: pull,
-		HeadroomPercent: 10, HeadroomInodes: 4096})
+		HeadroomPercent: defaults.HeadroomPercent, HeadroomInodes: defaults.HeadroomInodes})
 	if err != nil {
 		return err
 	}
