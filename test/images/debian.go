@@ -372,7 +372,7 @@ func writeTreeEntry(tw *tar.Writer, e treeEntry, link string) error {
 			return fmt.Errorf("%s: cannot pack file type %#o", e.abs, st.Mode&unix.S_IFMT)
 		}
 	}
-	xattrs, err := readXattrs(e.abs)
+	xattrs, err := ReadXattrs(e.abs)
 	if err != nil {
 		return err
 	}
@@ -401,9 +401,9 @@ func writeTreeEntry(tw *tar.Writer, e treeEntry, link string) error {
 	return nil
 }
 
-// readXattrs returns the extended attributes of p (without following a
-// symlink).
-func readXattrs(p string) (map[string]string, error) {
+// ReadXattrs returns the extended attributes of p, without following a
+// symlink (nil when it has none or the filesystem keeps none).
+func ReadXattrs(p string) (map[string]string, error) {
 	buf := make([]byte, 64<<10)
 	n, err := unix.Llistxattr(p, buf)
 	if err != nil {

@@ -15,8 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // Epoch is the default modification time of built entries; its nanoseconds
@@ -541,43 +540,15 @@ func (h *rawHeader) checksum() {
 	copy(h[148:156], strings.Repeat("0", 6-len(s))+s+"\x00 ")
 }
 
-// Compression names a layer encoding.
-type Compression string
+// Compression is how a layer blob is encoded (shared with test/images).
+type Compression = images.Compression
 
 // Layer encodings.
 const (
-	Uncompressed Compression = "none"
-	Gzip         Compression = "gzip"
-	Zstd         Compression = "zstd"
+	Uncompressed = images.Uncompressed
+	Gzip         = images.Gzip
+	Zstd         = images.Zstd
 )
 
 // Compress encodes a tar stream.
-func Compress(c Compression, tarball []byte) ([]byte, error) {
-	var b bytes.Buffer
-	switch c {
-	case Uncompressed:
-		return tarball, nil
-	case Gzip:
-		zw := gzip.NewWriter(&b)
-		if _, err := zw.Write(tarball); err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		if err := zw.Close(); err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-	case Zstd:
-		zw, err := zstd.NewWriter(&b, zstd.WithEncoderConcurrency(1))
-		if err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
-		}
-		if _, err := zw.Write(tarball); err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
-		}
-		if err := zw.Close(); err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
-		}
-	default:
-		return nil, fmt.Errorf("unknown compression %q", c)
-	}
-	return b.Bytes(), nil
-}
+func Compress(c Compression, tarball []byte) ([]byte, error) { return c.Encode(tarball) }

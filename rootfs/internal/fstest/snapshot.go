@@ -3,7 +3,6 @@ package fstest
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // Info is what a snapshot records of one path.
@@ -135,31 +136,12 @@ func hashFile(p string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// listXattrs reads p's extended attributes, leaving out security.selinux
+// (layers drop it).
 func listXattrs(p string) (map[string]string, error) {
-	buf := make([]byte, 64<<10)
-	n, err := unix.Llistxattr(p, buf)
-	if err != nil {
-		if errors.Is(err, unix.ENOTSUP) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("listxattr %s: %w", p, err)
-	}
-	var m map[string]string
-	for _, name := range strings.Split(string(buf[:n]), "\x00") {
-		if name == "" || name == "security.selinux" {
-			continue
-		}
-		val := make([]byte, 64<<10)
-		vn, err := unix.Lgetxattr(p, name, val)
-		if err != nil {
-			return nil, fmt.Errorf("getxattr %s %s: %w", p, name, err)
-		}
-		if m == nil {
-			m = make(map[string]string)
-		}
-		m[name] = string(val[:vn])
-	}
-	return m, nil
+	m, err := images.ReadXattrs(p)
+	delete(m, "security.selinux")
+	return m, err
 }
 
 // SnapshotTree records an in-memory inode tree; open reads file data (a
