@@ -12,8 +12,8 @@ BIN     := bin/templatecenter
 # and the root of the systemd-nspawn container the packaging suite boots),
 # systemd-container (systemd-nspawn), lintian, rpm, shellcheck and binutils
 # (package checks).
-TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils
-TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump
+TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time
+TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo
 
 .PHONY: all build demo test test-unit vet fmt-check deps clean
 
@@ -57,3 +57,4 @@ deps:
 clean:
 	rm -rf bin .demo
 include packaging/packaging.mk
+include bench/bench.mk

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -37,12 +38,10 @@ const (
 
 // DebianRootfs returns a Debian bookworm minbase root filesystem made by
 // `debootstrap --variant=minbase bookworm DIR http://deb.debian.org/debian`
-// (about 30-60 s and 130 MB the first time), cached at DebianRootfsDir.
-// The tree is built in a temporary directory beside the cache and renamed
-// into place only when complete, under a lock file so concurrent test
-// processes debootstrap once. It installs debootstrap with apt-get when it
-// is missing. The tree must not be modified: copy it first. It skips the
-// test unless run as root (debootstrap creates device nodes and chroots).
+// (about 30-60 s and 130 MB the first time), cached at DebianRootfsDir (see
+// EnsureDebianRootfs). The tree must not be modified: copy it first. It
+// skips the test unless run as root (debootstrap creates device nodes and
+// chroots).
 func DebianRootfs(tb testing.TB) string {
 	tb.Helper()
 	if fi, err := os.Stat(DebianRootfsDir); err == nil && fi.IsDir() {
@@ -51,90 +50,119 @@ func DebianRootfs(tb testing.TB) string {
 	if os.Geteuid() != 0 {
 		tb.Skip("images: debootstrap needs root")
 	}
+	dir, err := EnsureDebianRootfs(context.Background(), tbWriter{tb})
+	if err != nil {
+		tb.Fatalf("images: %v", err)
+	}
+	return dir
+}
+
+// tbWriter sends progress lines to the test log.
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Logf("images: %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// EnsureDebianRootfs returns DebianRootfsDir, making it first when it does
+// not exist: the tree is built in a temporary directory beside the cache
+// and renamed into place only when complete, under a lock file, so
+// concurrent processes (tests, benchmarks) debootstrap once per machine.
+// It installs debootstrap with apt-get when it is missing. Progress lines
+// go to log. It needs root.
+func EnsureDebianRootfs(ctx context.Context, log io.Writer) (string, error) {
+	if fi, err := os.Stat(DebianRootfsDir); err == nil && fi.IsDir() {
+		return DebianRootfsDir, nil
+	}
+	if os.Geteuid() != 0 {
+		return "", errors.New("debootstrap: needs root")
+	}
 	if err := os.MkdirAll(DebianCacheRoot, 0o755); err != nil {
-		tb.Fatalf("images: create %s: %v", DebianCacheRoot, err)
+		return "", fmt.Errorf("debootstrap: %w", err)
 	}
 	lock, err := os.OpenFile(filepath.Join(DebianCacheRoot, ".debian-minbase-"+DebianSuite+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		tb.Fatalf("images: open debootstrap lock: %v", err)
+		return "", fmt.Errorf("debootstrap: open lock: %w", err)
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		tb.Fatalf("images: lock debootstrap: %v", err)
+		return "", fmt.Errorf("debootstrap: lock: %w", err)
 	}
 	defer unix.Flock(int(lock.Fd()), unix.LOCK_UN)
 	if fi, err := os.Stat(DebianRootfsDir); err == nil && fi.IsDir() {
-		return DebianRootfsDir // another process made it meanwhile
+		return DebianRootfsDir, nil // made by another process meanwhile
 	}
-	removeLeftovers(tb)
-	debootstrap := ensureDebootstrap(tb)
+	removeLeftovers(log)
+	debootstrap, err := ensureDebootstrap(ctx, log)
+	if err != nil {
+		return "", err
+	}
 	tmp, err := os.MkdirTemp(DebianCacheRoot, tmpPrefix())
 	if err != nil {
-		tb.Fatalf("images: create debootstrap directory: %v", err)
+		return "", fmt.Errorf("debootstrap: %w", err)
 	}
 	// MkdirTemp makes 0700; the tree's root becomes the image's root.
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		tb.Fatalf("images: chmod %s: %v", tmp, err)
+		return "", fmt.Errorf("debootstrap: %w", err)
 	}
-	tb.Logf("images: debootstrap --variant=minbase %s %s %s (once, about a minute)", DebianSuite, tmp, DebianMirror)
-	cmd := exec.Command(debootstrap, "--variant=minbase", DebianSuite, tmp, DebianMirror)
+	fmt.Fprintf(log, "debootstrap --variant=minbase %s %s %s (once per machine, about a minute)\n", DebianSuite, tmp, DebianMirror)
+	cmd := exec.CommandContext(ctx, debootstrap, "--variant=minbase", DebianSuite, tmp, DebianMirror)
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		unmountBelow(tmp)
+		UnmountBelow(tmp)
 		os.RemoveAll(tmp)
-		tb.Fatalf("images: debootstrap: %v\n%s", err, tail(out, 4096))
+		return "", fmt.Errorf("debootstrap: %w\n%s", err, Tail(out, 4096))
 	}
-	if err := unmountBelow(tmp); err != nil {
-		tb.Fatalf("images: debootstrap left mounts behind: %v", err)
+	if err := UnmountBelow(tmp); err != nil {
+		return "", fmt.Errorf("debootstrap left mounts behind: %w", err)
 	}
 	if err := os.Rename(tmp, DebianRootfsDir); err != nil {
 		os.RemoveAll(tmp)
-		tb.Fatalf("images: publish debootstrap tree: %v", err)
+		return "", fmt.Errorf("debootstrap: publish tree: %w", err)
 	}
-	return DebianRootfsDir
+	return DebianRootfsDir, nil
 }
 
 func tmpPrefix() string { return ".debian-minbase-" + DebianSuite + ".tmp-" }
 
 // ensureDebootstrap finds debootstrap, installing it with apt-get if
 // needed.
-func ensureDebootstrap(tb testing.TB) string {
-	tb.Helper()
+func ensureDebootstrap(ctx context.Context, log io.Writer) (string, error) {
 	if p, err := exec.LookPath("debootstrap"); err == nil {
-		return p
+		return p, nil
 	}
 	if _, err := os.Stat("/usr/sbin/debootstrap"); err == nil {
-		return "/usr/sbin/debootstrap"
+		return "/usr/sbin/debootstrap", nil
 	}
-	tb.Logf("images: installing debootstrap with apt-get")
-	cmd := exec.Command("sh", "-c", "apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap debian-archive-keyring gpgv")
+	fmt.Fprintln(log, "installing debootstrap with apt-get")
+	cmd := exec.CommandContext(ctx, "sh", "-c", "apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap debian-archive-keyring gpgv")
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("images: apt-get install debootstrap: %v\n%s", err, tail(out, 4096))
+		return "", fmt.Errorf("apt-get install debootstrap: %w\n%s", err, Tail(out, 4096))
 	}
-	return "/usr/sbin/debootstrap"
+	return "/usr/sbin/debootstrap", nil
 }
 
 // removeLeftovers deletes temporary trees of interrupted runs (the caller
 // holds the lock, so none is in use), unmounting what debootstrap left
 // mounted in them first; a tree that stays mounted is left alone.
-func removeLeftovers(tb testing.TB) {
-	tb.Helper()
+func removeLeftovers(log io.Writer) {
 	old, _ := filepath.Glob(filepath.Join(DebianCacheRoot, tmpPrefix()+"*"))
 	for _, dir := range old {
-		if err := unmountBelow(dir); err != nil {
-			tb.Logf("images: keeping %s: %v", dir, err)
+		if err := UnmountBelow(dir); err != nil {
+			fmt.Fprintf(log, "keeping %s: %v\n", dir, err)
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {
-			tb.Logf("images: remove %s: %v", dir, err)
+			fmt.Fprintf(log, "remove %s: %v\n", dir, err)
 		}
 	}
 }
 
-// unmountBelow unmounts every mount point at or below dir, deepest first.
-func unmountBelow(dir string) error {
+// UnmountBelow unmounts every mount point at or below dir, deepest first.
+func UnmountBelow(dir string) error {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return fmt.Errorf("read mounts: %w", err)
@@ -184,7 +212,8 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-func tail(b []byte, n int) []byte {
+// Tail returns at most the last n bytes of b, for quoting command output.
+func Tail(b []byte, n int) []byte {
 	if len(b) > n {
 		return b[len(b)-n:]
 	}

@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
+)
+
+// benchToken is the callback token shared by the agent and the stand-in.
+const benchToken = "tcbench-shared-token"
+
+// agentHealthy bounds the wait for a starting agent.
+const agentHealthy = 60 * time.Second
+
+// agentProc is a running templatecenter agent with its own store, layer
+// cache and spool under one directory.
+type agentProc struct {
+	// Base is the agent's URL ("http://127.0.0.1:PORT").
+	Base   string
+	Dir    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    *os.File
+}
+
+// agentSetup is what every agent of a run shares.
+type agentSetup struct {
+	Binary       string
+	Master       *cubemaster.Server
+	RegistryHost string
+	CAPath       string
+}
+
+// startAgent runs the agent binary with a configuration of its own under
+// dir (store, work_dir with the layer cache, spool) and waits for /health.
+func startAgent(ctx context.Context, s agentSetup, dir string) (*agentProc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	var lastErr error
+	for range 3 { // the port may be taken between picking and binding
+		host, err := freeLoopbackAddr()
+		if err != nil {
+			return nil, fmt.Errorf("start agent: %w", err)
+		}
+		_, port, _ := net.SplitHostPort(host)
+		conf := filepath.Join(dir, "conf.yaml")
+		yaml := fmt.Sprintf(`common:
+  http_bind: 127.0.0.1
+  http_port: %s
+log:
+  level: info
+store:
+  dir: %s
+  work_dir: %s
+spool:
+  path: %s
+build:
+  ca_path: %s
+registry:
+  insecure: [%q]
+`, port, filepath.Join(dir, "store"), filepath.Join(dir, "work"), filepath.Join(dir, "state", "spool.db"), s.CAPath, s.RegistryHost)
+		if err := os.WriteFile(conf, []byte(yaml), 0o644); err != nil {
+			return nil, fmt.Errorf("start agent: %w", err)
+		}
+		a, err := runAgent(ctx, s, dir, conf, "http://"+host)
+		if err == nil {
+			return a, nil
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("start agent: %w", lastErr)
+}
+
+func runAgent(ctx context.Context, s agentSetup, dir, conf, base string) (*agentProc, error) {
+	logFile, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(s.Binary)
+	cmd.Env = append(os.Environ(), "CUBE_TEMPLATE_CENTER_CONFIG_PATH="+conf, "CUBE_MASTER_ADDR="+s.Master.URL(),
+		"CUBE_TEMPLATE_CALLBACK_TOKEN="+benchToken)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("run %s: %w", s.Binary, err)
+	}
+	a := &agentProc{Base: base, Dir: dir, cmd: cmd, exited: make(chan struct{}), log: logFile}
+	go func() {
+		cmd.Wait()
+		close(a.exited)
+	}()
+	if err := waitHTTP(ctx, base+"/health", a.exited, agentHealthy); err != nil {
+		a.Stop()
+		out, _ := os.ReadFile(logFile.Name())
+		return nil, fmt.Errorf("agent: %w; log:\n%s", err, images.Tail(out, 4096))
+	}
+	return a, nil
+}
+
+// Pid is the agent's process id.
+func (a *agentProc) Pid() int { return a.cmd.Process.Pid }
+
+// Stop ends the agent gracefully (SIGTERM), killing it after 30 s.
+func (a *agentProc) Stop() {
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(30 * time.Second):
+		a.cmd.Process.Kill()
+		<-a.exited
+	}
+	a.log.Close()
+}
+
+// tcBuild is the outcome of one build through the API.
+type tcBuild struct {
+	// Wall runs from just before the POST to the arrival of the BUILT
+	// report at the stand-in CubeMaster.
+	Wall   time.Duration
+	Path   string
+	SHA256 string
+	Size   int64
+}
+
+// build submits a build of ref with envd the way CubeMaster does and waits
+// for its terminal report.
+func (a *agentProc) build(ctx context.Context, master *cubemaster.Server, jobID, ref string, envd []byte) (*tcBuild, error) {
+	body, err := json.Marshal(map[string]any{
+		"job_id": jobID, "download_base_url": master.URL(),
+		"request": map[string]any{"requestID": jobID, "source_image_ref": ref, "writable_layer_size": "1Gi",
+			"instance_type": "cubebox", "network_type": "tap", "template_id": "tpl-bench"},
+		"envd_data": envd,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode build request: %w", err)
+	}
+	began := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.Base+"/tc/api/v1/build", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("submit build: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Cube-Template-Callback-Token", benchToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("submit build: %w", err)
+	}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("submit build: %d %s", resp.StatusCode, answer)
+	}
+	final, err := master.WaitTerminal(ctx, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("wait for job %s: %w", jobID, err)
+	}
+	if final.Field("status") != "BUILT" {
+		return nil, fmt.Errorf("job %s ended %s: %s", jobID, final.Field("status"), final.Field("error_message"))
+	}
+	b := &tcBuild{Wall: final.At.Sub(began), Path: final.Field("ext4_path"), SHA256: final.Field("ext4_sha256"), Size: final.Int("ext4_size_bytes")}
+	if b.Path == "" {
+		return nil, errors.New("BUILT report without ext4_path")
+	}
+	return b, nil
+}

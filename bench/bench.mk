@@ -1,0 +1,43 @@
+# Benchmarks of CubeTemplateCenter against upstream's dockerless pipeline;
+# the top-level Makefile includes this file (include bench/bench.mk).
+#
+#   make bench         tcbench: upstream vs the agent (cold, warm, reuse) on
+#                      three generated images, served by a loopback
+#                      docker-registry; prints one table (docs/performance.md)
+#   make bench-micro   go test -bench in bench/: decompression, sha256, the
+#                      Builder end to end (with a phase breakdown)
+#   make bench-profile CPU profile of a warm Builder build of the Debian image
+#
+# Needs root. Missing tools (skopeo, umoci, docker-registry, e2fsprogs,
+# debootstrap, time) are installed with apt-get; the Debian tree is made
+# once with debootstrap and cached in /var/cache/cube-templatecenter-test.
+# Knobs: BENCH_N runs per pipeline and image, BENCH_IMAGES (debian, large,
+# small, tiny), BENCH_WORK (generated images are kept there between runs).
+
+# Keep the includer's default goal, whether this file is included before or
+# after its first rule.
+tc_bench_saved_goal := $(.DEFAULT_GOAL)
+
+GO           ?= go
+BIN          ?= bin/templatecenter
+BENCH_N      ?= 3
+BENCH_IMAGES ?= debian,large,small
+BENCH_WORK   ?= /var/tmp/cube-templatecenter-bench
+BENCH_TIME   ?= 3x
+
+.PHONY: bench bench-micro bench-profile
+
+## bench: measure upstream's pipeline and the agent side by side (root; about 6 minutes with BENCH_N=3).
+bench: build
+	$(GO) run ./bench/cmd/tcbench -templatecenter $(BIN) -n $(BENCH_N) -images $(BENCH_IMAGES) -work $(BENCH_WORK)
+
+## bench-micro: Go benchmarks of the hot paths in bench/ (see also rootfs/ext4, rootfs/flatten, rootfs/oci).
+bench-micro:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCH_TIME) ./bench/
+
+## bench-profile: CPU profile of warm Debian builds through rootfs.Builder (bench-cpu.out).
+bench-profile:
+	$(GO) test -run '^$$' -bench '^BenchmarkBuilder$$/^debian$$/^warm$$' -benchtime 5x -cpuprofile bench-cpu.out -o bench.test ./bench/ -args -images $(BENCH_WORK)/images
+	$(GO) tool pprof -top -nodecount 30 bench.test bench-cpu.out
+
+.DEFAULT_GOAL := $(tc_bench_saved_goal)

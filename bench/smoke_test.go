@@ -1,0 +1,114 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testLog sends the harness's progress lines to t.Log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// buildAgent compiles cmd/templatecenter into a temporary directory.
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go not on PATH: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "templatecenter")
+	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/templatecenter")
+	cmd.Dir = ".." // the module root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/templatecenter: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestSmoke runs the whole harness once on the tiny image: upstream's
+// pipeline with the real tools, the agent binary cold, warm and reusing,
+// the tree comparison of both images, and the report, which it parses back.
+// It needs root (umoci, mkfs.ext4 -d and loop mounts keep ownership) and
+// installs missing Debian packages with apt-get.
+func TestSmoke(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the harness needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	agent := buildAgent(t)
+	report, err := Run(ctx, Config{WorkDir: t.TempDir(), Agent: agent, Runs: 1, Images: []string{ImageTiny},
+		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := report.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report:\n%s", out.String())
+
+	rows, err := ParseTable(bytes.NewReader(out.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Image+"/"+r.Pipeline)
+		if r.Runs != 1 || r.WallMedian <= 0 || r.PeakRSSMiB <= 0 || r.SizeMiB <= 0 || r.AllocatedMiB <= 0 {
+			t.Errorf("row %s/%s has empty figures: %+v", r.Image, r.Pipeline, r)
+		}
+		if (r.Pipeline == PipelineUpstream) != (r.Ratio == 0) {
+			t.Errorf("row %s/%s: ratio %v (only upstream has none)", r.Image, r.Pipeline, r.Ratio)
+		}
+		if r.SizeMiB*(1<<20) != float64(int64(r.SizeMiB*(1<<20))/(2<<20)*(2<<20)) {
+			t.Errorf("row %s/%s: size %.1f MiB is not a multiple of 2 MiB", r.Image, r.Pipeline, r.SizeMiB)
+		}
+	}
+	want := []string{"tiny/" + PipelineUpstream, "tiny/" + PipelineCold, "tiny/" + PipelineWarm, "tiny/" + PipelineReuse}
+	if !slices.Equal(got, want) {
+		t.Errorf("table rows %v, want %v", got, want)
+	}
+	if report.Mismatch || len(report.Verified) != 1 || !strings.HasPrefix(report.Verified[0], "verified tiny:") {
+		t.Errorf("tree comparison: mismatch=%v %q", report.Mismatch, report.Verified)
+	}
+
+	// Reuse returns the warm build's artifact; a cold and a warm build of
+	// different envd payloads are different images.
+	byPipeline := map[string]Measurement{}
+	for _, m := range report.Measurements {
+		byPipeline[m.Pipeline] = m
+	}
+	if w, r := byPipeline[PipelineWarm], byPipeline[PipelineReuse]; w.SHA256 == "" || w.SHA256 != r.SHA256 {
+		t.Errorf("reuse sha256 %q, warm %q: want the same artifact", r.SHA256, w.SHA256)
+	}
+	if c, w := byPipeline[PipelineCold], byPipeline[PipelineWarm]; c.SHA256 == w.SHA256 {
+		t.Error("cold and warm builds produced the same image despite different envd payloads")
+	}
+	var steps []string
+	for _, s := range byPipeline[PipelineUpstream].Steps {
+		steps = append(steps, s.Name)
+	}
+	for _, s := range []string{"skopeo copy", "umoci unpack", "mkfs.ext4 -d", "e2fsck -fy", "resize2fs -M", "e2fsck -fn", "sha256"} {
+		if !slices.Contains(steps, s) {
+			t.Errorf("upstream steps %q lack %q", steps, s)
+		}
+	}
+	if up := byPipeline[PipelineUpstream]; up.Written <= 0 {
+		t.Errorf("upstream wrote %d bytes, want the sum of its steps' writes", up.Written)
+	}
+	if !strings.Contains(out.String(), "targets:") {
+		t.Error("report has no targets section")
+	}
+}
