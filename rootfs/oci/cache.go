@@ -309,16 +309,13 @@ func (c *blobCache) write(ctx context.Context, hexDigest string, size int64, r i
 	if got := hex.EncodeToString(h.Sum(nil)); got != hexDigest {
 		return fmt.Errorf("%w: expected sha256:%s, got sha256:%s", ErrDigestMismatch, hexDigest, got)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync temp blob: %w", err)
-	}
+	// No fsync: the blob is verified (size and sha256) before its first use
+	// after every start, so a blob a crash left torn is re-fetched, and
+	// syncing here would hold a cold build up for the disk.
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("close temp blob: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), c.path(hexDigest)); err != nil {
-		return fmt.Errorf("commit blob: %w", err)
-	}
-	if err := fsutil.SyncDir(c.dir); err != nil {
 		return fmt.Errorf("commit blob: %w", err)
 	}
 	return nil
