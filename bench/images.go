@@ -258,7 +258,7 @@ func treeLayers(ctx context.Context, root, out string) ([]*layerFile, error) {
 			layers[i], errs[i] = writeLayer(filepath.Join(out, fmt.Sprintf("layer%d.tar.gz", i)), func(tw *countingTar) error {
 				for _, e := range entries {
 					if e.layer == i {
-						if err := writeTreeEntry(tw, e); err != nil {
+						if err := images.WriteTreeEntry(tw, e.rel, e.abs, &e.st, e.link); err != nil {
 							return err
 						}
 					}
@@ -272,69 +272,6 @@ func treeLayers(ctx context.Context, root, out string) ([]*layerFile, error) {
 		return nil, err
 	}
 	return layers, nil
-}
-
-// writeTreeEntry writes one path of the tree.
-func writeTreeEntry(tw *countingTar, e treeEntry) error {
-	st := &e.st
-	hdr := &tar.Header{Name: e.rel, Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid), Gid: int(st.Gid),
-		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec), Format: tar.FormatPAX}
-	if e.link != "" {
-		hdr.Typeflag, hdr.Linkname = tar.TypeLink, e.link
-	} else {
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR:
-			hdr.Typeflag, hdr.Name = tar.TypeDir, e.rel+"/"
-			if e.rel == "." {
-				hdr.Name = "./"
-			}
-		case unix.S_IFREG:
-			hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
-		case unix.S_IFLNK:
-			target, err := os.Readlink(e.abs)
-			if err != nil {
-				return fmt.Errorf("readlink %s: %w", e.abs, err)
-			}
-			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-		case unix.S_IFCHR, unix.S_IFBLK:
-			hdr.Typeflag = tar.TypeChar
-			if st.Mode&unix.S_IFMT == unix.S_IFBLK {
-				hdr.Typeflag = tar.TypeBlock
-			}
-			hdr.Devmajor, hdr.Devminor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
-		case unix.S_IFIFO:
-			hdr.Typeflag = tar.TypeFifo
-		default:
-			return fmt.Errorf("%s: cannot pack file type %#o", e.abs, st.Mode&unix.S_IFMT)
-		}
-	}
-	xattrs, err := images.ReadXattrs(e.abs)
-	if err != nil {
-		return err
-	}
-	for k, v := range xattrs {
-		if hdr.PAXRecords == nil {
-			hdr.PAXRecords = map[string]string{}
-		}
-		hdr.PAXRecords["SCHILY.xattr."+k] = v
-	}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return fmt.Errorf("write header %s: %w", e.rel, err)
-	}
-	if hdr.Typeflag != tar.TypeReg || hdr.Size == 0 {
-		return nil
-	}
-	f, err := os.OpenFile(e.abs, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", e.abs, err)
-	}
-	defer f.Close()
-	if n, err := io.Copy(tw, f); err != nil {
-		return fmt.Errorf("pack %s: %w", e.abs, err)
-	} else if n != hdr.Size {
-		return fmt.Errorf("pack %s: file changed size while read", e.abs)
-	}
-	return nil
 }
 
 // newRand returns a deterministic generator for seed.

@@ -346,7 +346,7 @@ func treeTars(dir string) ([][]byte, error) {
 					first[k] = e.rel
 				}
 			}
-			if err := writeTreeEntry(tw, e, link); err != nil {
+			if err := WriteTreeEntry(tw, e.rel, e.abs, &e.st, link); err != nil {
 				return nil, err
 			}
 		}
@@ -358,12 +358,20 @@ func treeTars(dir string) ([][]byte, error) {
 	return out, nil
 }
 
-// writeTreeEntry writes one path; link, when set, makes it a hard link to
-// that earlier path of the same layer.
-func writeTreeEntry(tw *tar.Writer, e treeEntry, link string) error {
-	st := &e.st
+// TarWriter is what WriteTreeEntry writes to: a *tar.Writer, or a wrapper
+// of one.
+type TarWriter interface {
+	io.Writer
+	WriteHeader(hdr *tar.Header) error
+}
+
+// WriteTreeEntry packs the file at abs (stat'ed as st, without following
+// a symlink) as the entry rel, keeping its type, mode, owner, nanosecond
+// mtime, device numbers and xattrs; link, when set, makes it a hard link
+// to that earlier path of the same layer.
+func WriteTreeEntry(tw TarWriter, rel, abs string, st *unix.Stat_t, link string) error {
 	hdr := &tar.Header{
-		Name:    e.rel,
+		Name:    rel,
 		Mode:    int64(st.Mode & 0o7777),
 		Uid:     int(st.Uid),
 		Gid:     int(st.Gid),
@@ -378,15 +386,15 @@ func writeTreeEntry(tw *tar.Writer, e treeEntry, link string) error {
 		case unix.S_IFDIR:
 			hdr.Typeflag = tar.TypeDir
 			hdr.Name += "/"
-			if e.rel == "." {
+			if rel == "." {
 				hdr.Name = "./"
 			}
 		case unix.S_IFREG:
 			hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
 		case unix.S_IFLNK:
-			target, err := os.Readlink(e.abs)
+			target, err := os.Readlink(abs)
 			if err != nil {
-				return fmt.Errorf("readlink %s: %w", e.abs, err)
+				return fmt.Errorf("readlink %s: %w", abs, err)
 			}
 			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
 		case unix.S_IFCHR, unix.S_IFBLK:
@@ -398,10 +406,10 @@ func writeTreeEntry(tw *tar.Writer, e treeEntry, link string) error {
 		case unix.S_IFIFO:
 			hdr.Typeflag = tar.TypeFifo
 		default:
-			return fmt.Errorf("%s: cannot pack file type %#o", e.abs, st.Mode&unix.S_IFMT)
+			return fmt.Errorf("%s: cannot pack file type %#o", abs, st.Mode&unix.S_IFMT)
 		}
 	}
-	xattrs, err := ReadXattrs(e.abs)
+	xattrs, err := ReadXattrs(abs)
 	if err != nil {
 		return err
 	}
@@ -412,20 +420,20 @@ func writeTreeEntry(tw *tar.Writer, e treeEntry, link string) error {
 		}
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
-		return fmt.Errorf("write header %s: %w", e.rel, err)
+		return fmt.Errorf("write header %s: %w", rel, err)
 	}
 	if hdr.Typeflag != tar.TypeReg || hdr.Size == 0 {
 		return nil
 	}
-	f, err := os.OpenFile(e.abs, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(abs, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", e.abs, err)
+		return fmt.Errorf("open %s: %w", abs, err)
 	}
 	defer f.Close()
 	if n, err := io.Copy(tw, f); err != nil {
-		return fmt.Errorf("pack %s: %w", e.abs, err)
+		return fmt.Errorf("pack %s: %w", abs, err)
 	} else if n != hdr.Size {
-		return fmt.Errorf("pack %s: file changed size while read", e.abs)
+		return fmt.Errorf("pack %s: file changed size while read", abs)
 	}
 	return nil
 }
