@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+	"github.com/cubesandbox/cubetemplatecenter/test/registry"
 )
 
 // Config configures Run.
@@ -90,7 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type harness struct {
 	cfg    Config
 	master *cubemaster.Server
-	reg    *registry
+	reg    *registry.Registry
 	fs     *scratchFS
 	setup  agentSetup
 	caPEM  []byte
@@ -102,7 +103,8 @@ type harness struct {
 // the scratch filesystem; the generated images stay for the next run.
 func (h *harness) close() {
 	if h.reg != nil {
-		if err := h.reg.Remove(); err != nil {
+		h.reg.Stop()
+		if err := os.RemoveAll(h.reg.Dir); err != nil {
 			h.logf("remove registry storage: %v", err)
 		}
 	}
@@ -154,7 +156,11 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if h.master, err = cubemaster.Start(benchToken); err != nil {
 		return nil, fmt.Errorf("bench: start CubeMaster stand-in: %w", err)
 	}
-	if h.reg, err = startRegistry(ctx, filepath.Join(w, "registry")); err != nil {
+	regDir := filepath.Join(w, "registry")
+	if err := os.MkdirAll(regDir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if h.reg, err = registry.Start(ctx, registry.Options{Dir: regDir}); err != nil {
 		return nil, err
 	}
 	h.setup = agentSetup{Binary: h.cfg.Agent, Master: h.master, RegistryHost: h.reg.Host, CAPath: caPath}
