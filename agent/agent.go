@@ -44,6 +44,8 @@ type Agent struct {
 	abortOnce sync.Once
 	abort     chan struct{}
 	reloadMu  sync.Mutex
+	// purgeEvery is how often finished jobs past retention are forgotten.
+	purgeEvery time.Duration
 }
 
 // Notifier sends sd_notify(3) state strings; a no-op outside systemd.
@@ -61,6 +63,9 @@ type Options struct {
 	Notify Notifier
 	// Watchdog is systemd's WatchdogSec; zero disables the pings.
 	Watchdog time.Duration
+	// PurgeEvery is how often finished jobs past spool.retention are
+	// forgotten; one hour when zero.
+	PurgeEvery time.Duration
 }
 
 // New assembles an agent; Run starts it.
@@ -75,6 +80,10 @@ func New(o Options) *Agent {
 		notify:           o.Notify,
 		watchdogInterval: o.Watchdog,
 		abort:            make(chan struct{}),
+	}
+	a.purgeEvery = o.PurgeEvery
+	if a.purgeEvery <= 0 {
+		a.purgeEvery = time.Hour
 	}
 	if a.level == nil {
 		a.level = new(slog.LevelVar)
@@ -143,6 +152,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	defer stopLoops()
 	go a.watchdog(loopCtx)
 	go a.statusLoop(loopCtx)
+	go a.purgeLoop(loopCtx)
 	a.ready.Store(true)
 	a.notify("READY=1")
 	a.logger.Info("ready")
@@ -208,6 +218,12 @@ func (a *Agent) recover(ctx context.Context) error {
 	if err != nil {
 		a.logger.Warn("clean store leftovers", "err", err)
 	}
+	return a.purge(ctx)
+}
+
+// purge forgets finished jobs older than spool.retention whose reports
+// were all delivered.
+func (a *Agent) purge(ctx context.Context) error {
 	purged, err := a.spool.PurgeFinished(ctx, time.Now().Add(-a.config().Spool.Retention))
 	if err != nil {
 		return err
@@ -216,6 +232,22 @@ func (a *Agent) recover(ctx context.Context) error {
 		a.logger.Info("purged finished jobs past retention", "count", purged)
 	}
 	return nil
+}
+
+// purgeLoop purges at every purgeEvery while the agent runs.
+func (a *Agent) purgeLoop(ctx context.Context) {
+	tick := time.NewTicker(a.purgeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := a.purge(ctx); err != nil && ctx.Err() == nil {
+				a.logger.Warn("purge finished jobs", "err", err)
+			}
+		}
+	}
 }
 
 // statusLoop keeps systemd's STATUS= line current.

@@ -842,3 +842,28 @@ func countPrefix(ss []string, prefix string) int {
 	}
 	return n
 }
+
+func TestFinishedJobsArePurgedWhileRunning(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Spool.Retention = 100 * time.Millisecond })
+	h.purgeEvery = 50 * time.Millisecond
+	h.start()
+	h.submit("old", "img")
+	h.terminal("old")
+	waitOutboxEmpty(t, h)
+	h.waitJobGone("old")
+}
+
+// waitJobGone waits until the spool no longer holds the job.
+func (h *harness) waitJobGone(id string) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := h.sp.Job(context.Background(), id); errors.Is(err, spool.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("job %s was not purged", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

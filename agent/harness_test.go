@@ -117,6 +117,8 @@ type harness struct {
 	logs    *syncBuffer
 	// watchdog is passed as systemd's watchdog interval when set.
 	watchdog time.Duration
+	// purgeEvery is passed as Options.PurgeEvery.
+	purgeEvery time.Duration
 
 	notesMu sync.Mutex
 	notes   []string
@@ -191,8 +193,9 @@ func (h *harness) start() {
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger,
-		Env:      func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
-		Watchdog: h.watchdog,
+		Env:        func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
+		Watchdog:   h.watchdog,
+		PurgeEvery: h.purgeEvery,
 		Notify: func(s string) {
 			h.notesMu.Lock()
 			h.notes = append(h.notes, s)

@@ -88,6 +88,11 @@ func (a *Agent) Reload() error {
 		a.logger.Warn("configuration changes that need a restart were not applied", "keys", keys)
 		next.Common, next.Store, next.Spool.Path = cur.Common, cur.Store, cur.Spool.Path
 		next.Master.Token, next.Master.InsecureNoToken = cur.Master.Token, cur.Master.InsecureNoToken
+		next.Registry = cur.Registry
+		live := next.Build
+		next.Build = cur.Build
+		next.Build.MaxConcurrentBuilds, next.Build.QueueSize = live.MaxConcurrentBuilds, live.QueueSize
+		next.Build.HeartbeatInterval, next.Build.MaxAttempts = live.HeartbeatInterval, live.MaxAttempts
 	}
 	level, _ := config.ParseLevel(next.Log.Level)
 	a.level.Set(level)

@@ -399,5 +399,15 @@ func (c *Config) RestartOnly(next *Config) []string {
 	if c.Master.Token != next.Master.Token || c.Master.InsecureNoToken != next.Master.InsecureNoToken {
 		keys = append(keys, "shared token")
 	}
+	// The rootfs builder (layer cache, registry access, CA, image layout)
+	// is opened once at start.
+	b, n := c.Build, next.Build
+	if b.CAPath != n.CAPath || b.Platform != n.Platform || b.LayerCacheQuota != n.LayerCacheQuota ||
+		b.DownloadJobs != n.DownloadJobs || b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes {
+		keys = append(keys, "build (ca_path, platform, layer_cache_quota, download_jobs, headroom_*)")
+	}
+	if !reflect.DeepEqual(c.Registry, next.Registry) {
+		keys = append(keys, "registry")
+	}
 	return keys
 }

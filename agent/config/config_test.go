@@ -120,6 +120,11 @@ func TestRestartOnly(t *testing.T) {
 	if keys := a.RestartOnly(b); strings.Join(keys, ",") != "common,store" {
 		t.Errorf("RestartOnly = %v", keys)
 	}
+	c := Default()
+	c.Build.CAPath, c.Registry.Insecure = "/other.crt", []string{"r:5000"}
+	if keys := a.RestartOnly(c); len(keys) != 2 || !strings.HasPrefix(keys[0], "build") || keys[1] != "registry" {
+		t.Errorf("RestartOnly for builder settings = %v", keys)
+	}
 }
 
 func TestByteSize(t *testing.T) {
