@@ -91,20 +91,21 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 	if err := b.checkSpace(img); err != nil {
 		return nil, err
 	}
-	layers, err := b.puller.Fetch(ctx, img.resolved, func(p oci.Progress) {
+	// Downloads run while the first layers are applied: Open waits for the
+	// layer it needs.
+	layers, err := b.puller.Start(ctx, img.resolved, func(p oci.Progress) {
 		pct := percentFetch
 		if p.TotalBytes > 0 {
 			pct += int(int64(percentLayers-percentFetch) * p.DownloadedBytes / p.TotalBytes)
 		}
+		done := p.CompletedLayers == p.TotalLayers && p.DownloadedBytes == p.TotalBytes
 		progress(Progress{Percent: pct, Pull: &PullProgress{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes,
-			TotalLayers: p.TotalLayers, CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}})
+			TotalLayers: p.TotalLayers, CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS, Done: done}})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fetch layers: %w", err)
 	}
 	defer layers.Close()
-	progress(Progress{Percent: percentLayers, Pull: &PullProgress{TotalBytes: img.CompressedSize, DownloadedBytes: img.CompressedSize,
-		TotalLayers: layers.Len(), CompletedLayers: layers.Len(), Done: true}})
 
 	f, err := b.opts.Store.CreateTemp(spec.ArtifactID)
 	if err != nil {
@@ -156,6 +157,9 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		}
 		progress(Progress{Percent: percentLayers + (percentFinish-percentLayers)*(i+1)/n})
 	}
+	if err := layers.Wait(); err != nil {
+		return nil, fmt.Errorf("fetch layers: %w", err)
+	}
 	if spec.Envd != nil {
 		if err := inject.Envd(ctx, tree, spec.Envd, stamp); err != nil {
 			return nil, fmt.Errorf("inject envd: %w", err)
@@ -203,7 +207,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 func applyLayer(ctx context.Context, tree *flatten.Tree, layers *oci.Layers, i int) error {
 	blob, err := layers.Open(i)
 	if err != nil {
-		return fmt.Errorf("open layer %d: %w", i, err)
+		return fmt.Errorf("fetch layers: %w", err)
 	}
 	defer blob.Close()
 	tarStream, err := flatten.Decompress(blob)

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -142,10 +143,13 @@ func defaultCacheDir() string {
 }
 
 // progressBar draws build progress on a terminal and stays silent otherwise.
+// Downloads and layer writing report concurrently; the bar never goes back.
 type progressBar struct {
 	w    io.Writer
 	tty  bool
+	mu   sync.Mutex
 	last string
+	max  int
 }
 
 func newProgressBar(w io.Writer) *progressBar {
@@ -167,6 +171,10 @@ func (p *progressBar) update(pr rootfs.Progress) {
 	if !p.tty {
 		return
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr.Percent = max(pr.Percent, p.max)
+	p.max = pr.Percent
 	const width = 30
 	filled := width * pr.Percent / 100
 	line := fmt.Sprintf("[%s%s] %3d%%", strings.Repeat("#", filled), strings.Repeat(" ", width-filled), pr.Percent)

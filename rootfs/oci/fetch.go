@@ -54,13 +54,22 @@ type blobOpener struct {
 }
 
 // Layers holds cache pins on the layer blobs of one image, in manifest order.
-// Close it when done; pinned blobs are never evicted.
+// Close it when done; pinned blobs are never evicted. Layers returned by
+// Start may still be downloading: Open waits for the layer it opens.
 type Layers struct {
-	cache   *blobCache
-	layers  []Layer
-	pinned  []string
-	closeMu sync.Mutex
-	closed  bool
+	cache  *blobCache
+	layers []Layer
+	// ready has a channel per distinct blob, closed when its download ended
+	// (ok tells whether it succeeded); done closes when every download ended.
+	ready  map[string]chan struct{}
+	done   chan struct{}
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	ok     map[string]bool
+	pinned []string
+	err    error
+	closed bool
 }
 
 // Len returns the number of layers.
@@ -68,28 +77,48 @@ func (l *Layers) Len() int { return len(l.layers) }
 
 // Open returns the compressed blob of layer i (manifest order, bottom first),
 // whose size and sha256 were verified when it entered the cache or on its
-// first use by this process. Layer.MediaType tells its compression.
+// first use by this process, waiting for its download if needed.
+// Layer.MediaType tells its compression.
 func (l *Layers) Open(i int) (io.ReadCloser, error) {
-	l.closeMu.Lock()
-	closed := l.closed
-	l.closeMu.Unlock()
-	if closed {
-		return nil, errors.New("open layer: layers closed")
-	}
 	if i < 0 || i >= len(l.layers) {
 		return nil, fmt.Errorf("open layer: index %d out of range [0,%d)", i, len(l.layers))
 	}
-	f, err := os.Open(l.cache.path(l.layers[i].Digest.Hex))
+	hex := l.layers[i].Digest.Hex
+	<-l.ready[hex]
+	l.mu.Lock()
+	closed, ok := l.closed, l.ok[hex]
+	l.mu.Unlock()
+	if closed {
+		return nil, errors.New("open layer: layers closed")
+	}
+	if !ok {
+		if err := l.Wait(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("open layer %d: not fetched", i)
+	}
+	f, err := os.Open(l.cache.path(hex))
 	if err != nil {
 		return nil, fmt.Errorf("open layer %d: %w", i, err)
 	}
 	return f, nil
 }
 
-// Close unpins the blobs; readers already open stay valid.
+// Wait blocks until every download ended and returns the first error.
+func (l *Layers) Wait() error {
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Close stops downloads still running and unpins the blobs; readers already
+// open stay valid.
 func (l *Layers) Close() error {
-	l.closeMu.Lock()
-	defer l.closeMu.Unlock()
+	l.cancel()
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.closed {
 		return nil
 	}
@@ -104,6 +133,21 @@ func (l *Layers) Close() error {
 // every 500 ms while bytes move and once more at the end of a successful
 // Fetch. On error nothing stays pinned and no temp file is left.
 func (p *Puller) Fetch(ctx context.Context, img *Image, progress func(Progress)) (*Layers, error) {
+	l, err := p.Start(ctx, img, progress)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Wait(); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Start is Fetch without the wait: it returns at once, and Layers.Open
+// waits for the layer it opens, so a build can apply the first layers while
+// later ones download. Downloads run under ctx until they end or Close.
+func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress)) (*Layers, error) {
 	if img == nil || img.src == nil {
 		return nil, errors.New("fetch: image was not returned by Resolve")
 	}
@@ -126,13 +170,12 @@ func (p *Puller) Fetch(ctx context.Context, img *Image, progress func(Progress))
 
 	tr := newTracker(img)
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	var (
-		mu       sync.Mutex
-		firstErr error
-		pinned   []string
-	)
+	l := &Layers{cache: p.cache, layers: img.Layers, ready: make(map[string]chan struct{}, len(jobs)),
+		done: make(chan struct{}), cancel: cancel, ok: make(map[string]bool, len(jobs))}
+	for _, j := range jobs {
+		l.ready[j.layer.Digest.Hex] = make(chan struct{})
+	}
+	var firstErr error
 	work := make(chan *job)
 	var wg sync.WaitGroup
 	for range min(p.jobs, max(len(jobs), 1)) {
@@ -140,23 +183,27 @@ func (p *Puller) Fetch(ctx context.Context, img *Image, progress func(Progress))
 		go func() {
 			defer wg.Done()
 			for j := range work {
+				hex := j.layer.Digest.Hex
 				if ctx.Err() != nil {
+					close(l.ready[hex])
 					continue
 				}
 				lt := tr.layer(j.layer.Size, j.uses)
-				_, err := p.cache.acquire(ctx, j.layer.Digest.Hex, j.layer.Size, img.src.key(),
+				_, err := p.cache.acquire(ctx, hex, j.layer.Size, img.src.key(),
 					func(ctx context.Context) error { return p.download(ctx, img.src, j.layer, lt) })
-				mu.Lock()
+				l.mu.Lock()
 				if err != nil {
 					if firstErr == nil || (isCtxErr(firstErr) && !isCtxErr(err)) {
 						firstErr = err
 					}
 					cancel()
 				} else {
-					pinned = append(pinned, j.layer.Digest.Hex)
+					l.pinned = append(l.pinned, hex)
+					l.ok[hex] = true
 					lt.complete()
 				}
-				mu.Unlock()
+				l.mu.Unlock()
+				close(l.ready[hex])
 			}
 		}()
 	}
@@ -181,25 +228,30 @@ func (p *Puller) Fetch(ctx context.Context, img *Image, progress func(Progress))
 		}
 	}()
 
-	for _, j := range jobs {
-		work <- j
-	}
-	close(work)
-	wg.Wait()
-	close(stopTicker)
-	<-tickerDone
-
-	if firstErr == nil && ctx.Err() != nil {
-		firstErr = fmt.Errorf("fetch: %w", ctx.Err())
-	}
-	if firstErr != nil {
-		p.cache.unpin(pinned)
-		return nil, redact(firstErr, img.secrets...)
-	}
-	if progress != nil {
-		progress(tr.snapshot(true))
-	}
-	return &Layers{cache: p.cache, layers: img.Layers, pinned: pinned}, nil
+	go func() {
+		for _, j := range jobs {
+			work <- j
+		}
+		close(work)
+		wg.Wait()
+		close(stopTicker)
+		<-tickerDone
+		l.mu.Lock()
+		if firstErr == nil && ctx.Err() != nil {
+			firstErr = fmt.Errorf("fetch: %w", ctx.Err())
+		}
+		if firstErr != nil {
+			l.err = redact(firstErr, img.secrets...)
+		}
+		failed := l.err != nil
+		l.mu.Unlock()
+		cancel()
+		if !failed && progress != nil {
+			progress(tr.snapshot(true))
+		}
+		close(l.done)
+	}()
+	return l, nil
 }
 
 // download writes one blob into the cache, trying each place the source
