@@ -87,37 +87,34 @@ func (a *allocator) ensure(end uint64) {
 // setBits marks [s, e) used and returns how many were free before.
 func (a *allocator) setBits(s, e uint64) uint64 {
 	var n uint64
-	for s < e {
-		w := s / 64
-		lo := s % 64
-		hi := uint64(64)
-		if e-w*64 < 64 {
-			hi = e - w*64
-		}
-		mask := maskRange(lo, hi)
-		changed := mask &^ a.words[w]
-		c := uint64(bits.OnesCount64(changed))
+	eachWord(s, e, func(w, mask uint64) {
+		c := uint64(bits.OnesCount64(mask &^ a.words[w]))
 		a.words[w] |= mask
 		a.free[w/chunkWords] -= uint32(c)
 		n += c
-		s = w*64 + hi
-	}
+	})
 	return n
 }
 
 // clearBits marks [s, e) free.
 func (a *allocator) clearBits(s, e uint64) {
+	eachWord(s, e, func(w, mask uint64) {
+		c := bits.OnesCount64(mask & a.words[w])
+		a.words[w] &^= mask
+		a.free[w/chunkWords] += uint32(c)
+	})
+}
+
+// eachWord calls fn with the index of every bitmap word the bit range
+// [s, e) touches and the mask of the range's bits in it.
+func eachWord(s, e uint64, fn func(w, mask uint64)) {
 	for s < e {
 		w := s / 64
-		lo := s % 64
 		hi := uint64(64)
 		if e-w*64 < 64 {
 			hi = e - w*64
 		}
-		mask := maskRange(lo, hi)
-		changed := mask & a.words[w]
-		a.words[w] &^= mask
-		a.free[w/chunkWords] += uint32(bits.OnesCount64(changed))
+		fn(w, maskRange(s%64, hi))
 		s = w*64 + hi
 	}
 }
