@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,7 +52,7 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	username := fs.String("username", "", "registry username")
 	passwordStdin := fs.Bool("password-stdin", false, "read the registry password from standard input")
 	insecure := fs.Bool("insecure", false, "reach the image's registry over plain HTTP")
-	platform := fs.String("platform", "linux/"+goarch(), "platform to pick from a multi-platform image")
+	platform := fs.String("platform", "linux/"+runtime.GOARCH, "platform to pick from a multi-platform image")
 	writable := fs.String("writable-layer-size", "20Gi", "writable_layer_size of the template spec (fingerprint input)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: build: %v", errUsage, err)

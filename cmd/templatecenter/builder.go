@@ -2,7 +2,6 @@ package main
 
 import (
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -47,5 +46,3 @@ func platformOf(s string) v1.Platform {
 	}
 	return p
 }
-
-func goarch() string { return runtime.GOARCH }
