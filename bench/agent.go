@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
@@ -53,7 +54,7 @@ func startAgent(ctx context.Context, s agentSetup, dir string) (*agentProc, erro
 	}
 	var lastErr error
 	for range 3 { // the port may be taken between picking and binding
-		host, err := freeLoopbackAddr()
+		host, err := childproc.FreeLoopbackAddr()
 		if err != nil {
 			return nil, fmt.Errorf("start agent: %w", err)
 		}
@@ -104,7 +105,7 @@ func runAgent(ctx context.Context, s agentSetup, dir, conf, base string) (*agent
 		cmd.Wait()
 		close(a.exited)
 	}()
-	if err := waitHTTP(ctx, base+"/health", a.exited, agentHealthy); err != nil {
+	if err := childproc.WaitHTTP(ctx, base+"/health", a.exited, agentHealthy); err != nil {
 		a.Stop()
 		out, _ := os.ReadFile(logFile.Name())
 		return nil, fmt.Errorf("agent: %w; log:\n%s", err, images.Tail(out, 4096))

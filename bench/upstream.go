@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
@@ -231,7 +232,7 @@ func runTool(ctx context.Context, okCodes []int, argv ...string) (childUsage, er
 	defer os.Remove(usageFile.Name())
 	args := append([]string{"-f", timeFormat, "-o", usageFile.Name(), path}, argv[1:]...)
 	cmd := exec.CommandContext(ctx, timeBin, args...)
-	out := &lockedBuffer{}
+	out := &childproc.Output{}
 	cmd.Stdout, cmd.Stderr = out, out
 	t := time.Now()
 	err = cmd.Run()

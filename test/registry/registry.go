@@ -9,17 +9,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
 )
 
 // Binary is where Debian's docker-registry package installs the server.
@@ -91,7 +90,7 @@ func Start(ctx context.Context, opts Options) (*Registry, error) {
 	}
 	var lastErr error
 	for range startAttempts { // the port may be taken between picking and binding
-		host, err := freeLoopbackAddr()
+		host, err := childproc.FreeLoopbackAddr()
 		if err != nil {
 			return nil, fmt.Errorf("pick a registry port: %w", err)
 		}
@@ -109,7 +108,7 @@ func Start(ctx context.Context, opts Options) (*Registry, error) {
 
 // run starts the server and waits for /v2/.
 func (r *Registry) run(ctx context.Context, cfg, host string) error {
-	out := &lockedBuffer{}
+	out := &childproc.Output{}
 	cmd := exec.Command(Binary, "serve", cfg)
 	// A clean environment: REGISTRY_* variables of the host would override
 	// the config file.
@@ -123,7 +122,7 @@ func (r *Registry) run(ctx context.Context, cfg, host string) error {
 		cmd.Wait()
 		close(r.exited)
 	}()
-	if err := waitReady(ctx, host, r.exited); err != nil {
+	if err := childproc.WaitHTTP(ctx, "http://"+host+"/v2/", r.exited, readyTimeout); err != nil {
 		r.Stop()
 		return fmt.Errorf("%w; output:\n%s", err, out.String())
 	}
@@ -142,42 +141,6 @@ func (r *Registry) Stop() {
 		r.cmd.Process.Kill()
 		<-r.exited
 	}
-}
-
-// waitReady polls GET /v2/ until the server answers 200 or 401.
-func waitReady(ctx context.Context, host string, exited <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/v2/", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("docker-registry exited before serving %s", host)
-		case <-ctx.Done():
-			return fmt.Errorf("docker-registry did not answer on %s within %s", host, readyTimeout)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func config(host, storage, htpasswdFile string) string {
@@ -227,25 +190,4 @@ func writeHtpasswd(ctx context.Context, file, user, pass string) error {
 		return fmt.Errorf("write htpasswd: %w", err)
 	}
 	return nil
-}
-
-// lockedBuffer collects the server's output from exec's copy goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 64<<10 {
-		return len(p), nil
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,0 +1,75 @@
+// Package childproc holds what tests and benchmarks need to run a server as
+// a child process: a free loopback address to give it, a buffer for its
+// output, and a wait until it answers HTTP.
+package childproc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// FreeLoopbackAddr returns "127.0.0.1:PORT" for a port free right now.
+func FreeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// WaitHTTP polls url until it answers 200 (or 401), exited closes (the
+// process behind it ended), or timeout passes.
+func WaitHTTP(ctx context.Context, url string, exited <-chan struct{}, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("exited before answering %s", url)
+		case <-ctx.Done():
+			return fmt.Errorf("no answer from %s within %s: %w", url, timeout, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Output collects a child's output from exec's copy goroutines, keeping at
+// most 64 KiB.
+type Output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write keeps p while there is room and always reports it written.
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.b.Len() < 64<<10 {
+		o.b.Write(p)
+	}
+	return len(p), nil
+}
+
+// String returns what was kept.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
