@@ -83,70 +83,73 @@ func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) uploadReadError(w http.ResponseWriter, err error) {
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload exceeds %d bytes", tooBig.Limit))
+	if msg, ok := uploadTooBig(err); ok {
+		writeError(w, http.StatusRequestEntityTooLarge, msg)
 		return
 	}
 	writeError(w, http.StatusBadRequest, "read upload: "+err.Error())
 }
 
-// receiveArtifact streams one file part into the store.
-func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id string, part io.Reader) {
-	var reply *uploadReply
-	var status int
-	var msg string
-	ran := a.exec.withArtifactIdle(id, func() {
-		reply, status, msg = a.storeUpload(r, id, part)
-	})
-	switch {
-	case !ran:
-		writeError(w, http.StatusConflict, "artifact is being built")
-	case reply == nil:
-		writeError(w, status, msg)
-	default:
-		a.logger.Info("artifact uploaded", "artifact_id", id, "status", reply.Status, "size", reply.Ext4SizeBytes)
-		writeJSON(w, http.StatusOK, reply)
+// uploadTooBig recognises the body limit being hit.
+func uploadTooBig(err error) (string, bool) {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return fmt.Sprintf("upload exceeds %d bytes", tooBig.Limit), true
 	}
+	return "", false
 }
 
-func (a *Agent) storeUpload(r *http.Request, id string, part io.Reader) (*uploadReply, int, string) {
+// receiveArtifact streams one file part into the store. The file is written
+// and hashed, and an image already in place compared, before the artifact
+// lock is taken: the lock, which build starts wait on, covers the rename
+// alone.
+func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id string, part io.Reader) {
 	f, err := a.store.CreateTemp(id)
 	if err != nil {
-		return nil, http.StatusInternalServerError, err.Error()
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
 	}
-	published := false
+	handedOver := false
 	defer func() {
-		if !published {
+		if !handedOver {
 			a.store.Discard(f, id)
 		}
 	}()
 	sum, size, err := rootfs.CopyHashed(r.Context(), f, part)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload exceeds %d bytes", tooBig.Limit)
+		if msg, ok := uploadTooBig(err); ok {
+			writeError(w, http.StatusRequestEntityTooLarge, msg)
+			return
 		}
-		return nil, http.StatusInternalServerError, "store upload: " + err.Error()
+		writeError(w, http.StatusInternalServerError, "store upload: "+err.Error())
+		return
 	}
 	if size == 0 {
-		return nil, http.StatusBadRequest, "file: empty"
+		writeError(w, http.StatusBadRequest, "file: empty")
+		return
 	}
 	final := a.store.ArtifactPath(id)
-	reply := &uploadReply{ArtifactID: id, Ext4Path: final, Ext4SHA256: sum, Ext4SizeBytes: size}
+	reply := uploadReply{Status: "uploaded", ArtifactID: id, Ext4Path: final, Ext4SHA256: sum, Ext4SizeBytes: size}
 	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
 		if have, err := rootfs.FileSHA256(r.Context(), final); err == nil && have == sum {
 			reply.Status = "reused"
-			return reply, 0, ""
 		}
 	}
-	if err := f.Chmod(0o644); err != nil {
-		return nil, http.StatusInternalServerError, "store upload: " + err.Error()
+	if reply.Status == "uploaded" {
+		if err := f.Chmod(0o644); err != nil {
+			writeError(w, http.StatusInternalServerError, "store upload: "+err.Error())
+			return
+		}
+		var pubErr error
+		if !a.exec.withArtifactIdle(id, func() { handedOver, pubErr = true, a.store.Publish(f, id) }) {
+			writeError(w, http.StatusConflict, "artifact is being built")
+			return
+		}
+		if pubErr != nil {
+			writeError(w, http.StatusInternalServerError, pubErr.Error())
+			return
+		}
 	}
-	if err := a.store.Publish(f, id); err != nil {
-		return nil, http.StatusInternalServerError, err.Error()
-	}
-	published = true
-	reply.Status = "uploaded"
-	return reply, 0, ""
+	a.logger.Info("artifact uploaded", "artifact_id", id, "status", reply.Status, "size", size)
+	writeJSON(w, http.StatusOK, reply)
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
 // upload posts a multipart body; fields are written in the order given
@@ -108,5 +110,32 @@ func TestArtifactUpload(t *testing.T) {
 	}
 	if code, _ := h.postWithToken("/tc/api/v1/artifact/upload", []byte("x"), "wrong"); code != 401 {
 		t.Errorf("upload with a wrong token = %d, want 401", code)
+	}
+}
+
+func TestArtifactUploadWhileBuilding(t *testing.T) {
+	h := newHarness(t, nil)
+	entered, release := make(chan string, 1), make(chan struct{})
+	h.builder.beforePublish = func(ctx context.Context, spec rootfs.Spec) error {
+		entered <- spec.ArtifactID
+		<-release
+		return nil
+	}
+	h.start()
+	h.submit("building", "img")
+	id := <-entered
+	code, body := h.upload(&id, []byte("an image CubeMaster sends"))
+	close(release)
+	if code != http.StatusConflict {
+		t.Errorf("upload during a build of the same artifact = %d %v, want 409", code, body)
+	}
+	cb := h.terminal("building")
+	got, err := os.ReadFile(cb.Field("ext4_path"))
+	if err != nil || string(got) == "an image CubeMaster sends" {
+		t.Errorf("the refused upload replaced the built image (%v)", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(h.cfg.Store.Dir, id))
+	if len(entries) != 1 {
+		t.Errorf("artifact dir holds %d entries, want only the built image", len(entries))
 	}
 }
