@@ -691,6 +691,12 @@ func TestMetricsExposeBuildSeries(t *testing.T) {
 		"cube_templatecenter_queue_depth 0",
 		"cube_templatecenter_builds_running 0",
 		"cube_templatecenter_outbox_depth 0",
+		"cube_templatecenter_layer_cache_bytes 4096",
+		"cube_templatecenter_layer_cache_blobs 2",
+		"cube_templatecenter_layer_cache_zstd_blobs 1",
+		"cube_templatecenter_layer_cache_transcode_pending 1",
+		"cube_templatecenter_layer_cache_transcoded_total 3",
+		"cube_templatecenter_layer_cache_transcode_failures_total 1",
 		`cube_templatecenter_callback_attempts_total{kind="terminal",outcome="delivered"} 1`,
 		"go_goroutines", "process_resident_memory_bytes",
 	} {

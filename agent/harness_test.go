@@ -20,6 +20,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 )
@@ -51,6 +52,11 @@ func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.I
 	sum := sha256.Sum256([]byte(src.Ref))
 	return &rootfs.Image{Digest: "registry.test/" + src.Ref + "@sha256:" + hex.EncodeToString(sum[:]),
 		Config: rootfs.ImageConfig{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}, CompressedSize: 1000}, nil
+}
+
+// CacheStats makes the agent export the layer cache series.
+func (b *testBuilder) CacheStats() oci.CacheStats {
+	return oci.CacheStats{Bytes: 4096, Blobs: 2, ZstdBlobs: 1, TranscodePending: 1, Transcoded: 3, TranscodeFailures: 1}
 }
 
 func (b *testBuilder) LoadCA(ctx context.Context) (*rootfs.CA, error) {

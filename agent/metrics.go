@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 )
 
 const namespace = "cube_templatecenter"
@@ -100,4 +102,49 @@ func (m *metrics) observeCallback(outcome string, terminal bool) {
 		kind = "terminal"
 	}
 	m.callbacks.WithLabelValues(outcome, kind).Inc()
+}
+
+// layerCache is what a Builder with a layer cache offers the metrics.
+type layerCache interface {
+	CacheStats() oci.CacheStats
+}
+
+// layerCacheCollector reads the layer cache's state once per scrape.
+type layerCacheCollector struct {
+	cache                            layerCache
+	bytes, blobs, zstdBlobs, pending *prometheus.Desc
+	transcoded, transcodeFailures    *prometheus.Desc
+}
+
+func newLayerCacheCollector(c layerCache) *layerCacheCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "layer_cache", name), help, nil, nil)
+	}
+	return &layerCacheCollector{
+		cache:             c,
+		bytes:             d("bytes", "Bytes of layer blobs in the cache."),
+		blobs:             d("blobs", "Layers in the cache."),
+		zstdBlobs:         d("zstd_blobs", "Cached layers re-encoded as zstd."),
+		pending:           d("transcode_pending", "Cached layers queued for or being re-encoded as zstd."),
+		transcoded:        d("transcoded_total", "Cached layers re-encoded as zstd."),
+		transcodeFailures: d("transcode_failures_total", "Cached layers that could not be re-encoded and stay as served."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *layerCacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.bytes, c.blobs, c.zstdBlobs, c.pending, c.transcoded, c.transcodeFailures} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *layerCacheCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.cache.CacheStats()
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.blobs, prometheus.GaugeValue, float64(st.Blobs))
+	ch <- prometheus.MustNewConstMetric(c.zstdBlobs, prometheus.GaugeValue, float64(st.ZstdBlobs))
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(st.TranscodePending))
+	ch <- prometheus.MustNewConstMetric(c.transcoded, prometheus.CounterValue, float64(st.Transcoded))
+	ch <- prometheus.MustNewConstMetric(c.transcodeFailures, prometheus.CounterValue, float64(st.TranscodeFailures))
 }

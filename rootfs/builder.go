@@ -51,8 +51,15 @@ func NewBuilder(opts Options) (*Builder, error) {
 	return &Builder{opts: opts, puller: p}, nil
 }
 
-// Close releases the layer cache.
+// Close stops the layer cache's background work and releases it.
 func (b *Builder) Close() error { return b.puller.Close() }
+
+// CacheStats describes the layer cache.
+func (b *Builder) CacheStats() oci.CacheStats { return b.puller.CacheStats() }
+
+// WaitCacheIdle returns once the layer cache has no background work left,
+// or when ctx ends.
+func (b *Builder) WaitCacheIdle(ctx context.Context) error { return b.puller.WaitTranscodes(ctx) }
 
 // Resolve reads the image's manifest and configuration.
 func (b *Builder) Resolve(ctx context.Context, src Source) (*Image, error) {

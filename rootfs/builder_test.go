@@ -200,6 +200,57 @@ func TestBuildDeterministic(t *testing.T) {
 			first.ID, first.SHA256, len(firstData), second.ID, second.SHA256, len(secondData))
 	}
 
+	// Rebuilt from the zstd forms the cache re-encodes gzip layers to (after
+	// a restart, so they are verified against their names), the image is
+	// the same to the byte.
+	t.Run("FromZstdCache", func(t *testing.T) {
+		opts := builderOptions(t, reg.Host)
+		opts.CAPath = caFile
+		opts.Pull.TranscodeZstd = true
+		buildWith := func(b *rootfs.Builder) []byte {
+			t.Helper()
+			img := resolve(t, b, rootfs.Source{Ref: ref})
+			ca, err := b.LoadCA(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			art, err := b.Build(context.Background(), specOf(img, ref, envd, ca), nil)
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			data, err := os.ReadFile(art.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return data
+		}
+		b, err := rootfs.NewBuilder(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buildWith(b), firstData) {
+			t.Error("build with transcoding on differs before any transcode")
+		}
+		if err := b.WaitCacheIdle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		gzipLayers := (len(layers) + len(encodings) - 1) / len(encodings)
+		if st := b.CacheStats(); st.ZstdBlobs != gzipLayers || st.Transcoded != int64(gzipLayers) || st.TranscodeFailures != 0 {
+			t.Errorf("CacheStats() = %+v, want the %d gzip layers in zstd form", st, gzipLayers)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		opts.Store = rootfs.Store(t.TempDir())
+		b = newBuilder(t, opts)
+		if data := buildWith(b); !bytes.Equal(data, firstData) {
+			t.Errorf("build from zstd forms differs from the build from gzip (%d vs %d bytes)", len(data), len(firstData))
+		}
+		if st := b.CacheStats(); st.ZstdBlobs != gzipLayers || st.Transcoded != 0 {
+			t.Errorf("after restart CacheStats() = %+v, want %d zstd forms reused", st, gzipLayers)
+		}
+	})
+
 	// The same fingerprint (so the same UUID and hash seed) isolates the
 	// effect of the content.
 	ca, err := inject.LoadCA(caFile)

@@ -105,7 +105,10 @@ type Build struct {
 	CAPath          string   `yaml:"ca_path"`
 	Platform        string   `yaml:"platform"`
 	LayerCacheQuota ByteSize `yaml:"layer_cache_quota"`
-	DownloadJobs    int      `yaml:"download_jobs"`
+	// LayerCacheZstd re-encodes cached gzip layers as zstd in the
+	// background, so later builds of the same layers inflate them faster.
+	LayerCacheZstd bool `yaml:"layer_cache_zstd"`
+	DownloadJobs   int  `yaml:"download_jobs"`
 	// HeadroomPercent and HeadroomInodes leave room for the guest to write.
 	HeadroomPercent int `yaml:"headroom_percent"`
 	HeadroomInodes  int `yaml:"headroom_inodes"`
@@ -141,7 +144,7 @@ func Default() *Config {
 		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour},
 		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
-			LayerCacheQuota: 20 << 30, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096},
+			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096},
 		Shutdown: Shutdown{Timeout: 25 * time.Second},
 	}
 }
@@ -403,8 +406,9 @@ func (c *Config) RestartOnly(next *Config) []string {
 	// is opened once at start.
 	b, n := c.Build, next.Build
 	if b.CAPath != n.CAPath || b.Platform != n.Platform || b.LayerCacheQuota != n.LayerCacheQuota ||
-		b.DownloadJobs != n.DownloadJobs || b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes {
-		keys = append(keys, "build (ca_path, platform, layer_cache_quota, download_jobs, headroom_*)")
+		b.LayerCacheZstd != n.LayerCacheZstd || b.DownloadJobs != n.DownloadJobs ||
+		b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes {
+		keys = append(keys, "build (ca_path, platform, layer_cache_*, download_jobs, headroom_*)")
 	}
 	if !reflect.DeepEqual(c.Registry, next.Registry) {
 		keys = append(keys, "registry")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"path/filepath"
 	"strings"
 
@@ -16,7 +17,7 @@ var _ agent.Builder = (*rootfs.Builder)(nil)
 
 // newBuilder opens the rootfs builder the configuration describes; its
 // layer cache lives in <work_dir>/layers.
-func newBuilder(cfg *config.Config) (*rootfs.Builder, error) {
+func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error) {
 	return rootfs.NewBuilder(rootfs.Options{
 		Store:           rootfs.Store(cfg.Store.Dir),
 		CAPath:          cfg.Build.CAPath,
@@ -25,6 +26,8 @@ func newBuilder(cfg *config.Config) (*rootfs.Builder, error) {
 		Pull: oci.Options{
 			CacheDir:        filepath.Join(cfg.Store.WorkDir, "layers"),
 			CacheQuotaBytes: int64(cfg.Build.LayerCacheQuota),
+			TranscodeZstd:   cfg.Build.LayerCacheZstd,
+			Logger:          logger,
 			Platform:        platformOf(cfg.Build.Platform),
 			Mirrors:         cfg.Registry.Mirrors,
 			Insecure:        cfg.Registry.Insecure,

@@ -65,7 +65,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer sp.Close()
-	builder, err := newBuilder(cfg)
+	builder, err := newBuilder(cfg, logger)
 	if err != nil {
 		return err
 	}

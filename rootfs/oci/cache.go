@@ -24,15 +24,19 @@ const tmpPrefix = ".tmp-"
 // copyBufSize is the buffer each concurrent blob copy uses.
 const copyBufSize = 1 << 20
 
-// blobCache is the content-addressed store of compressed blobs in
-// <CacheDir>/blobs/sha256. The files are the truth; the in-memory index
-// mirrors them with pin counts, last use (persisted as the file mtime, so LRU
-// order survives restarts) and whether the bytes were verified by this
-// process.
+// blobCache is the content-addressed store of layer blobs. Each blob is on
+// disk in one of two forms: as served, in <blobs>/sha256/<hex>, or, once
+// transcoded, as zstd in <blobs>/zstd/<hex>-<hex of the zstd file> (both for
+// a moment while a reader still holds the served form). The files are the
+// truth; the in-memory index mirrors them with pin counts, last use
+// (persisted as the file mtime, so LRU order survives restarts) and whether
+// the bytes were verified by this process.
 type blobCache struct {
-	dir   string
+	dir   string // served blobs
+	zdir  string // zstd transcodes
 	quota int64
 	bufs  sync.Pool
+	tc    *transcoder // nil when transcoding is off
 
 	mu      sync.Mutex
 	entries map[string]*cacheEntry
@@ -40,11 +44,34 @@ type blobCache struct {
 	flights map[string]*flight
 }
 
+// cacheEntry is one blob, keyed by the hex of its digest as served.
 type cacheEntry struct {
-	size     int64
+	// size is the blob's size as served, -1 when only the zstd form was
+	// found on disk.
+	size int64
+	// served tells whether the blob as served is on disk; staleServed that it
+	// is to be removed once unpinned (a zstd form replaced it).
+	served, staleServed bool
+	// zhex and zsize describe the zstd form; zhex is "" without one.
+	zhex  string
+	zsize int64
+	// keep marks a blob the transcoder leaves alone (not gzip, failed).
+	keep     bool
 	lastUse  time.Time
 	pins     int
 	verified bool
+}
+
+// diskBytes is what the entry's files take.
+func (e *cacheEntry) diskBytes() int64 {
+	var n int64
+	if e.served {
+		n += e.size
+	}
+	if e.zhex != "" {
+		n += e.zsize
+	}
+	return n
 }
 
 // flight is one in-progress verification or download of a blob; concurrent
@@ -56,32 +83,70 @@ type flight struct {
 	waiters int // acquirers waiting on it, guarded by blobCache.mu
 }
 
-// openBlobCache scans dir, removing partial blobs left by a crash, and loads
-// the index from the files' sizes and mtimes.
-func openBlobCache(dir string, quota int64) (*blobCache, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create cache dir: %w", err)
-	}
+// openBlobCache scans <blobs>/sha256 and <blobs>/zstd, removing partial
+// files left by a crash, and loads the index from the files' names, sizes and
+// mtimes.
+func openBlobCache(blobs string, quota int64) (*blobCache, error) {
 	c := &blobCache{
-		dir:     dir,
+		dir:     filepath.Join(blobs, "sha256"),
+		zdir:    filepath.Join(blobs, "zstd"),
 		quota:   quota,
 		entries: make(map[string]*cacheEntry),
 		flights: make(map[string]*flight),
 	}
 	c.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
+	for _, d := range []string{c.dir, c.zdir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("create cache dir: %w", err)
+		}
+	}
+	err := scanCacheDir(c.dir, isHex64, func(name string, fi fs.FileInfo) error {
+		c.entries[name] = &cacheEntry{size: fi.Size(), served: true, lastUse: fi.ModTime()}
+		c.total += fi.Size()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = scanCacheDir(c.zdir, isZstdName, func(name string, fi fs.FileInfo) error {
+		hex, zhex := name[:64], name[65:]
+		if e := c.entries[hex]; e != nil {
+			// A crash between committing the zstd form and removing the
+			// served one: keep the served blob, its name authenticates it.
+			if err := os.Remove(filepath.Join(c.zdir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove duplicate zstd blob: %w", err)
+			}
+			return nil
+		}
+		c.entries[hex] = &cacheEntry{size: -1, zhex: zhex, zsize: fi.Size(), lastUse: fi.ModTime()}
+		c.total += fi.Size()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.evictLocked()
+	c.mu.Unlock()
+	return c, nil
+}
+
+// scanCacheDir removes temp files from dir and calls found for every regular
+// file whose name passes valid.
+func scanCacheDir(dir string, valid func(string) bool, found func(name string, fi fs.FileInfo) error) error {
 	des, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("read cache dir: %w", err)
+		return fmt.Errorf("read cache dir: %w", err)
 	}
 	for _, de := range des {
 		n := de.Name()
 		if strings.HasPrefix(n, tmpPrefix) {
 			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("remove stale temp blob: %w", err)
+				return fmt.Errorf("remove stale temp blob: %w", err)
 			}
 			continue
 		}
-		if !isHex64(n) || !de.Type().IsRegular() {
+		if !valid(n) || !de.Type().IsRegular() {
 			continue
 		}
 		fi, err := de.Info()
@@ -89,15 +154,18 @@ func openBlobCache(dir string, quota int64) (*blobCache, error) {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
-			return nil, fmt.Errorf("stat cached blob: %w", err)
+			return fmt.Errorf("stat cached blob: %w", err)
 		}
-		c.entries[n] = &cacheEntry{size: fi.Size(), lastUse: fi.ModTime()}
-		c.total += fi.Size()
+		if err := found(n, fi); err != nil {
+			return err
+		}
 	}
-	c.mu.Lock()
-	c.evictLocked()
-	c.mu.Unlock()
-	return c, nil
+	return nil
+}
+
+// isZstdName matches <hex>-<hex>, the name of a zstd form.
+func isZstdName(s string) bool {
+	return len(s) == 129 && s[64] == '-' && isHex64(s[:64]) && isHex64(s[65:])
 }
 
 func isHex64(s string) bool {
@@ -114,11 +182,44 @@ func isHex64(s string) bool {
 
 func (c *blobCache) path(hexDigest string) string { return filepath.Join(c.dir, hexDigest) }
 
+func (c *blobCache) zpath(hexDigest, zhex string) string {
+	return filepath.Join(c.zdir, hexDigest+"-"+zhex)
+}
+
+// open opens the form of pinned blob hexDigest readers should use: the zstd
+// form when there is one. Neither form of a pinned blob is removed, so the
+// choice made under the lock stays valid.
+func (c *blobCache) open(hexDigest string) (*os.File, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[hexDigest]
+	if e == nil || e.pins == 0 || !e.verified {
+		return nil, fmt.Errorf("blob sha256:%s is not pinned", hexDigest)
+	}
+	if e.zhex != "" {
+		return os.Open(c.zpath(hexDigest, e.zhex))
+	}
+	return os.Open(c.path(hexDigest))
+}
+
 // usage returns the bytes and number of blobs in the cache.
 func (c *blobCache) usage() (int64, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.total, len(c.entries)
+}
+
+// stats returns the cache's sizes and the number of zstd forms.
+func (c *blobCache) stats() CacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := CacheStats{Bytes: c.total, Blobs: len(c.entries)}
+	for _, e := range c.entries {
+		if e.zhex != "" {
+			st.ZstdBlobs++
+		}
+	}
+	return st
 }
 
 // acquire pins blob hexDigest of the given size, making sure it is present
@@ -135,7 +236,7 @@ func (c *blobCache) acquire(ctx context.Context, hexDigest string, size int64, s
 		c.mu.Lock()
 		e := c.entries[hexDigest]
 		if e != nil && e.verified {
-			if e.size != size {
+			if e.size >= 0 && e.size != size {
 				c.mu.Unlock()
 				return false, fmt.Errorf("%w: blob sha256:%s has %d bytes, the manifest says %d", ErrDigestMismatch, hexDigest, e.size, size)
 			}
@@ -179,7 +280,7 @@ func (c *blobCache) acquire(ctx context.Context, hexDigest string, size int64, s
 		delete(c.flights, hexDigest)
 		if err == nil {
 			if e = c.entries[hexDigest]; e == nil {
-				e = &cacheEntry{size: size}
+				e = &cacheEntry{size: size, served: true}
 				c.entries[hexDigest] = e
 				c.total += size
 			}
@@ -203,7 +304,13 @@ func (c *blobCache) acquire(ctx context.Context, hexDigest string, size int64, s
 func (c *blobCache) fill(ctx context.Context, hexDigest string, size int64, indexed bool,
 	download func(context.Context) error) (bool, error) {
 	if indexed {
-		ok, err := c.verifyFile(ctx, hexDigest, size)
+		path, want, wantSize := c.path(hexDigest), hexDigest, size
+		c.mu.Lock()
+		if e := c.entries[hexDigest]; e != nil && e.zhex != "" {
+			path, want, wantSize = c.zpath(hexDigest, e.zhex), e.zhex, e.zsize
+		}
+		c.mu.Unlock()
+		ok, err := c.verifyFile(ctx, path, want, wantSize)
 		if err != nil {
 			return false, err
 		}
@@ -217,10 +324,10 @@ func (c *blobCache) fill(ctx context.Context, hexDigest string, size int64, inde
 	return false, download(ctx)
 }
 
-// verifyFile reports whether the cached file has the expected size and
-// digest.
-func (c *blobCache) verifyFile(ctx context.Context, hexDigest string, size int64) (bool, error) {
-	f, err := os.Open(c.path(hexDigest))
+// verifyFile reports whether the cached file at path has the expected size
+// and digest.
+func (c *blobCache) verifyFile(ctx context.Context, path, hexDigest string, size int64) (bool, error) {
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -244,17 +351,38 @@ func (c *blobCache) verifyFile(ctx context.Context, hexDigest string, size int64
 	return hex.EncodeToString(h.Sum(nil)) == hexDigest, nil
 }
 
-// drop deletes a corrupt blob and its index entry.
+// drop deletes a corrupt blob (both forms) and its index entry.
 func (c *blobCache) drop(hexDigest string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := os.Remove(c.path(hexDigest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if e := c.entries[hexDigest]; e != nil {
+		if err := c.removeLocked(hexDigest, e); err != nil {
+			return fmt.Errorf("remove corrupt cached blob: %w", err)
+		}
+	} else if err := os.Remove(c.path(hexDigest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove corrupt cached blob: %w", err)
 	}
-	if e := c.entries[hexDigest]; e != nil {
+	return nil
+}
+
+// removeLocked deletes an entry's files and the entry. On error the entry
+// stays, accounting for what is still on disk.
+func (c *blobCache) removeLocked(hexDigest string, e *cacheEntry) error {
+	if e.served {
+		if err := os.Remove(c.path(hexDigest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		c.total -= e.size
-		delete(c.entries, hexDigest)
+		e.served = false
 	}
+	if e.zhex != "" {
+		if err := os.Remove(c.zpath(hexDigest, e.zhex)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		c.total -= e.zsize
+		e.zhex = ""
+	}
+	delete(c.entries, hexDigest)
 	return nil
 }
 
@@ -321,18 +449,43 @@ func (c *blobCache) write(ctx context.Context, hexDigest string, size int64, r i
 	return nil
 }
 
-// unpin releases one pin on each blob and evicts down to the quota.
+// unpin releases one pin on each blob, removes served forms a zstd form
+// replaced, evicts down to the quota and queues the blobs for transcoding.
 func (c *blobCache) unpin(hexDigests []string) {
 	now := time.Now()
+	var transcode []string
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, d := range hexDigests {
 		if e := c.entries[d]; e != nil && e.pins > 0 {
 			e.pins--
 			e.lastUse = now
+			c.dropStaleLocked(d, e)
 		}
 	}
 	c.evictLocked()
+	for _, d := range hexDigests {
+		if e := c.entries[d]; e != nil && e.verified && e.served && e.zhex == "" && !e.keep {
+			transcode = append(transcode, d)
+		}
+	}
+	c.mu.Unlock()
+	if c.tc != nil {
+		c.tc.enqueue(transcode)
+	}
+}
+
+// dropStaleLocked removes the served form of an unpinned blob that has a
+// zstd form. A failure leaves it accounted for, to be retried at the next
+// unpin.
+func (c *blobCache) dropStaleLocked(hexDigest string, e *cacheEntry) {
+	if e.pins > 0 || !e.staleServed {
+		return
+	}
+	if err := os.Remove(c.path(hexDigest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	e.served, e.staleServed = false, false
+	c.total -= e.size
 }
 
 // evictLocked removes unpinned, idle blobs, least recently used first, until
@@ -362,17 +515,23 @@ func (c *blobCache) evictLocked() {
 		if c.total <= c.quota {
 			return
 		}
-		if err := os.Remove(c.path(cd.hex)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		c.total -= c.entries[cd.hex].size
-		delete(c.entries, cd.hex)
+		_ = c.removeLocked(cd.hex, c.entries[cd.hex])
 	}
 }
 
 // touch records a use in the file's mtime so LRU order survives restarts.
 // It is best effort: a failure only makes the blob look older.
 func (c *blobCache) touch(hexDigest string) {
-	now := time.Now()
-	_ = os.Chtimes(c.path(hexDigest), now, now)
+	c.mu.Lock()
+	e := c.entries[hexDigest]
+	if e == nil {
+		c.mu.Unlock()
+		return
+	}
+	t, path := e.lastUse, c.path(hexDigest)
+	if e.zhex != "" {
+		path = c.zpath(hexDigest, e.zhex)
+	}
+	c.mu.Unlock()
+	_ = os.Chtimes(path, t, t)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,10 +74,12 @@ type Layers struct {
 // Len returns the number of layers.
 func (l *Layers) Len() int { return len(l.layers) }
 
-// Open returns the compressed blob of layer i (manifest order, bottom first),
-// whose size and sha256 were verified when it entered the cache or on its
-// first use by this process, waiting for its download if needed.
-// Layer.MediaType tells its compression.
+// Open returns the blob of layer i (manifest order, bottom first), waiting
+// for its download if needed: the blob as served, whose size and sha256 were
+// verified when it entered the cache or on its first use by this process, or
+// the zstd form the cache re-encoded it to (Options.TranscodeZstd), verified
+// the same way. Either way the uncompressed stream is the layer's; tell the
+// compression by the magic bytes, not Layer.MediaType.
 func (l *Layers) Open(i int) (io.ReadCloser, error) {
 	if i < 0 || i >= len(l.layers) {
 		return nil, fmt.Errorf("open layer: index %d out of range [0,%d)", i, len(l.layers))
@@ -97,7 +98,7 @@ func (l *Layers) Open(i int) (io.ReadCloser, error) {
 		}
 		return nil, fmt.Errorf("open layer %d: not fetched", i)
 	}
-	f, err := os.Open(l.cache.path(hex))
+	f, err := l.cache.open(hex)
 	if err != nil {
 		return nil, fmt.Errorf("open layer %d: %w", i, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,6 +66,13 @@ type Options struct {
 	// Transport carries all registry traffic (a clone of
 	// remote.DefaultTransport when nil).
 	Transport http.RoundTripper
+	// TranscodeZstd has the cache re-encode gzip layers as zstd in the
+	// background once the build that fetched them ends: later builds
+	// decompress them several times faster. Layers.Open then returns the
+	// zstd form. Close stops a transcode in progress.
+	TranscodeZstd bool
+	// Logger receives the cache's warnings (slog.DiscardHandler when nil).
+	Logger *slog.Logger
 	// LocalRoots lists the directories offline sources (oci-layout:,
 	// docker-archive:) must lie under, after resolving symlinks. When empty,
 	// offline sources are refused: a build request must not read arbitrary
@@ -218,10 +226,17 @@ func New(opts Options) (*Puller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
-	c, err := openBlobCache(filepath.Join(opts.CacheDir, "blobs", "sha256"), quota)
+	c, err := openBlobCache(filepath.Join(opts.CacheDir, "blobs"), quota)
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("new puller: %w", err)
+	}
+	if opts.TranscodeZstd {
+		logger := opts.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		c.tc = newTranscoder(c, logger)
 	}
 	p.cache, p.lock = c, lock
 	return p, nil
@@ -245,11 +260,14 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// Close releases the cache lock. Layers still open stay readable, but the
-// Puller must not be used afterwards.
+// Close stops the transcoder and releases the cache lock. Layers still open
+// stay readable, but the Puller must not be used afterwards.
 func (p *Puller) Close() error {
 	if p.lock == nil {
 		return nil
+	}
+	if p.cache.tc != nil {
+		p.cache.tc.stop()
 	}
 	err := p.lock.Close()
 	p.lock = nil
@@ -262,6 +280,38 @@ func (p *Puller) Close() error {
 // CacheUsage returns the bytes and the number of blobs in the cache.
 func (p *Puller) CacheUsage() (bytes int64, blobs int) {
 	return p.cache.usage()
+}
+
+// CacheStats describes the layer cache.
+type CacheStats struct {
+	// Bytes is the size of the cached files; Blobs the number of layers.
+	Bytes int64
+	Blobs int
+	// ZstdBlobs counts layers kept in zstd form.
+	ZstdBlobs int
+	// TranscodePending counts layers queued for or being transcoded;
+	// Transcoded and TranscodeFailures count outcomes since New.
+	TranscodePending  int
+	Transcoded        int64
+	TranscodeFailures int64
+}
+
+// CacheStats returns the state of the layer cache and its transcoder.
+func (p *Puller) CacheStats() CacheStats {
+	st := p.cache.stats()
+	if p.cache.tc != nil {
+		st.TranscodePending, st.Transcoded, st.TranscodeFailures = p.cache.tc.counts()
+	}
+	return st
+}
+
+// WaitTranscodes returns once no layer is queued for or being transcoded,
+// or when ctx ends.
+func (p *Puller) WaitTranscodes(ctx context.Context) error {
+	if p.cache.tc == nil {
+		return nil
+	}
+	return p.cache.tc.waitIdle(ctx)
 }
 
 func parseMirror(m string) (mirror, error) {

@@ -1,0 +1,515 @@
+package oci
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/zstd"
+)
+
+// uncompressedLayers returns the uncompressed stream of every layer of img.
+func uncompressedLayers(t testing.TB, img v1.Image) [][]byte {
+	t.Helper()
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatalf("layers: %v", err)
+	}
+	var out [][]byte
+	for _, l := range ls {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatalf("uncompressed layer: %v", err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatalf("read layer: %v", err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// zstdFiles lists the committed zstd forms and the temp files in a cache dir.
+func zstdFiles(t testing.TB, cacheDir string) (forms, temps []string) {
+	t.Helper()
+	des, err := os.ReadDir(filepath.Join(cacheDir, "blobs", "zstd"))
+	if err != nil {
+		t.Fatalf("read zstd dir: %v", err)
+	}
+	for _, de := range des {
+		if strings.HasPrefix(de.Name(), tmpPrefix) {
+			temps = append(temps, de.Name())
+		} else {
+			forms = append(forms, de.Name())
+		}
+	}
+	return forms, temps
+}
+
+// filesBytes sums the sizes of the regular files under dir.
+func filesBytes(t testing.TB, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || d.Name() == "lock" {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += fi.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", dir, err)
+	}
+	return n
+}
+
+// openAll opens every layer, checks that each is in zstd form when wantZstd
+// says so (gzip otherwise), and returns the uncompressed streams.
+func openAll(t testing.TB, ls *Layers, wantZstd bool) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for i := range ls.Len() {
+		rc, err := ls.Open(i)
+		if err != nil {
+			t.Fatalf("Open(%d): %v", i, err)
+		}
+		blob, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatalf("read layer %d: %v", i, err)
+		}
+		isZstd := bytes.HasPrefix(blob, []byte{0x28, 0xb5, 0x2f, 0xfd})
+		if isZstd != wantZstd {
+			t.Fatalf("layer %d: zstd form = %v, want %v (starts % x)", i, isZstd, wantZstd, blob[:4])
+		}
+		if !isZstd {
+			out = append(out, blob)
+			continue
+		}
+		d, err := zstd.NewReader(bytes.NewReader(blob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(d)
+		d.Close()
+		if err != nil {
+			t.Fatalf("zstd layer %d: %v", i, err)
+		}
+		out = append(out, raw)
+	}
+	return out
+}
+
+func fetchImage(t testing.TB, p *Puller, ref string) *Layers {
+	t.Helper()
+	img, err := p.Resolve(context.Background(), Source{Ref: ref})
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	ls, err := p.Fetch(context.Background(), img, nil)
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	return ls
+}
+
+func waitTranscodes(t testing.TB, p *Puller) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.WaitTranscodes(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTranscodeReplacesGzipWithZstd(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 3, 256<<10)
+	push(t, reg.host+"/app:v1", img)
+	ref := reg.host + "/app:v1"
+	want := uncompressedLayers(t, img)
+	dir := t.TempDir()
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+
+	ls := fetchImage(t, p, ref)
+	if st := p.CacheStats(); st.ZstdBlobs != 0 || st.Transcoded != 0 {
+		t.Errorf("transcoded while the layers are pinned: %+v", st)
+	}
+	ls.Close()
+	waitTranscodes(t, p)
+	st := p.CacheStats()
+	if st.Blobs != 3 || st.ZstdBlobs != 3 || st.Transcoded != 3 || st.TranscodeFailures != 0 || st.TranscodePending != 0 {
+		t.Errorf("CacheStats() = %+v, want 3 blobs, all zstd", st)
+	}
+	if served, _ := cacheFiles(t, dir); len(served) != 0 {
+		t.Errorf("served blobs left beside their zstd forms: %v", served)
+	}
+	if forms, temps := zstdFiles(t, dir); len(forms) != 3 || len(temps) != 0 {
+		t.Errorf("zstd dir holds %v and temps %v", forms, temps)
+	}
+	if used := filesBytes(t, dir); st.Bytes != used {
+		t.Errorf("cache accounts %d bytes, the files take %d", st.Bytes, used)
+	}
+
+	reg.reset()
+	ls = fetchImage(t, p, ref)
+	got := openAll(t, ls, true)
+	ls.Close()
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("layer %d: zstd form inflates to %d bytes differing from the layer's %d", i, len(got[i]), len(want[i]))
+		}
+	}
+	if n := reg.layerGets(t, img); n != 0 {
+		t.Errorf("%d layer GETs with the zstd forms cached, want 0", n)
+	}
+	if st := p.CacheStats(); st.Transcoded != 3 {
+		t.Errorf("zstd forms transcoded again: %+v", st)
+	}
+
+	// After a restart the zstd forms are verified against their names and used.
+	p.Close()
+	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	if st := p2.CacheStats(); st.Blobs != 3 || st.ZstdBlobs != 3 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("after restart CacheStats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	}
+	ls = fetchImage(t, p2, ref)
+	got = openAll(t, ls, true)
+	ls.Close()
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("after restart, layer %d differs", i)
+		}
+	}
+	if n := reg.layerGets(t, img); n != 0 {
+		t.Errorf("%d layer GETs after restart, want 0", n)
+	}
+}
+
+func TestTranscodeTornZstdFormIsRefetched(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 2, 128<<10)
+	push(t, reg.host+"/app:v1", img)
+	ref := reg.host + "/app:v1"
+	dir := t.TempDir()
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	fetchImage(t, p, ref).Close()
+	waitTranscodes(t, p)
+	p.Close()
+
+	forms, _ := zstdFiles(t, dir)
+	if len(forms) != 2 {
+		t.Fatalf("zstd forms: %v", forms)
+	}
+	torn := filepath.Join(dir, "blobs", "zstd", forms[0])
+	if err := os.Truncate(torn, 100); err != nil {
+		t.Fatal(err)
+	}
+	reg.reset()
+	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	ls := fetchImage(t, p2, ref)
+	if n := reg.layerGets(t, img); n != 1 {
+		t.Errorf("%d layer GETs, want 1 (the torn layer only)", n)
+	}
+	if exists(t, torn) {
+		t.Errorf("torn zstd form %s kept", torn)
+	}
+	checkLayersUncompressed(t, ls, uncompressedLayers(t, img))
+	ls.Close()
+	waitTranscodes(t, p2)
+	if st := p2.CacheStats(); st.ZstdBlobs != 2 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("CacheStats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	}
+}
+
+// checkLayersUncompressed compares the uncompressed stream of each layer,
+// whatever its form, with want.
+func checkLayersUncompressed(t testing.TB, ls *Layers, want [][]byte) {
+	t.Helper()
+	for i := range ls.Len() {
+		rc, err := ls.Open(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw []byte
+		if bytes.HasPrefix(blob, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+			raw = openAllOne(t, blob)
+		} else {
+			raw = gunzip(t, blob)
+		}
+		if !bytes.Equal(raw, want[i]) {
+			t.Fatalf("layer %d differs from the pushed one", i)
+		}
+	}
+}
+
+func openAllOne(t testing.TB, blob []byte) []byte {
+	t.Helper()
+	d, err := zstd.NewReader(bytes.NewReader(blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	raw, err := io.ReadAll(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func TestTranscodeWhilePinnedKeepsServedFormUntilUnpinned(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 1, 128<<10)
+	push(t, reg.host+"/app:v1", img)
+	ref := reg.host + "/app:v1"
+	dir := t.TempDir()
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+
+	held := fetchImage(t, p, ref)
+	other := fetchImage(t, p, ref)
+	other.Close() // queues the blob while held still pins it
+	waitTranscodes(t, p)
+	served := blobPath(dir, layerDigests(t, img)[0])
+	if !exists(t, served) {
+		t.Fatal("served form removed while a Layers holds it")
+	}
+	if st := p.CacheStats(); st.ZstdBlobs != 1 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("CacheStats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	}
+	openAll(t, held, true) // new opens get the zstd form
+	held.Close()
+	if exists(t, served) {
+		t.Error("served form kept after the last unpin")
+	}
+	if st := p.CacheStats(); st.Bytes != filesBytes(t, dir) {
+		t.Errorf("CacheStats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	}
+}
+
+func TestTranscodeLeavesOtherBlobsAlone(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	plainTar := tarOf(t, map[string]string{"etc/plain": "uncompressed layer"})
+	notReallyGzip := append([]byte{0x1f, 0x8b}, bytes.Repeat([]byte("not deflate "), 100)...)
+	img, err := mutate.AppendLayers(empty.Image,
+		static.NewLayer(plainTar, types.DockerUncompressedLayer),
+		static.NewLayer(notReallyGzip, types.DockerLayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	push(t, reg.host+"/odd:v1", img)
+	dir := t.TempDir()
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	fetchImage(t, p, reg.host+"/odd:v1").Close()
+	waitTranscodes(t, p)
+	st := p.CacheStats()
+	if st.ZstdBlobs != 0 || st.Transcoded != 0 || st.TranscodeFailures != 1 {
+		t.Errorf("CacheStats() = %+v, want no zstd form and one failure (the broken gzip)", st)
+	}
+	if served, temps := cacheFiles(t, dir); len(served) != 2 || len(temps) != 0 {
+		t.Errorf("served blobs %v, temps %v; want both kept", served, temps)
+	}
+	if _, temps := zstdFiles(t, dir); len(temps) != 0 {
+		t.Errorf("temp files left: %v", temps)
+	}
+	ls := fetchImage(t, p, reg.host+"/odd:v1")
+	checkLayers(t, ls, mustResolve(t, p, reg.host+"/odd:v1"), [][]byte{plainTar, notReallyGzip})
+	ls.Close()
+	waitTranscodes(t, p)
+	if st := p.CacheStats(); st.TranscodeFailures != 1 {
+		t.Errorf("a failed blob was tried again: %+v", st)
+	}
+}
+
+func mustResolve(t testing.TB, p *Puller, ref string) *Image {
+	t.Helper()
+	img, err := p.Resolve(context.Background(), Source{Ref: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func TestTranscodeCorruptedServedBlobIsVerifiedAgain(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 1, 256<<10)
+	push(t, reg.host+"/app:v1", img)
+	ref := reg.host + "/app:v1"
+	dir := t.TempDir()
+	p := newTestPuller(t, Options{CacheDir: dir}) // fetch without transcoding
+	fetchImage(t, p, ref).Close()
+	p.Close()
+
+	// The next process verifies the blob, then it rots before the transcode.
+	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	ls := fetchImage(t, p2, ref)
+	served := blobPath(dir, layerDigests(t, img)[0])
+	b, err := os.ReadFile(served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff // the gzip trailer: inflating fails or the digest does
+	if err := os.WriteFile(served, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ls.Close()
+	waitTranscodes(t, p2)
+	if st := p2.CacheStats(); st.ZstdBlobs != 0 || st.TranscodeFailures != 1 {
+		t.Errorf("CacheStats() = %+v, want no zstd form and one failure", st)
+	}
+	reg.reset()
+	ls = fetchImage(t, p2, ref)
+	checkLayers(t, ls, mustResolve(t, p2, ref), compressedLayers(t, img))
+	ls.Close()
+	if n := reg.layerGets(t, img); n != 1 {
+		t.Errorf("%d layer GETs, want 1: the rotten blob must be verified again and refetched", n)
+	}
+}
+
+func TestTranscodeStopsWithThePuller(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 1, 48<<20)
+	push(t, reg.host+"/big:v1", img)
+	dir := t.TempDir()
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	fetchImage(t, p, reg.host+"/big:v1").Close()
+	// Close cancels the transcode, which may or may not have finished.
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	forms, temps := zstdFiles(t, dir)
+	if len(temps) != 0 {
+		t.Errorf("temp files left after Close: %v", temps)
+	}
+	served, _ := cacheFiles(t, dir)
+	if len(forms)+len(served) != 1 {
+		t.Errorf("after Close: zstd %v, served %v; want exactly one form", forms, served)
+	}
+	reg.reset()
+	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	ls := fetchImage(t, p2, reg.host+"/big:v1")
+	ls.Close()
+	if n := reg.layerGets(t, img); n != 0 {
+		t.Errorf("%d layer GETs after a stopped transcode, want 0", n)
+	}
+	waitTranscodes(t, p2)
+	if st := p2.CacheStats(); st.ZstdBlobs != 1 {
+		t.Errorf("CacheStats() = %+v, want the blob transcoded after restart", st)
+	}
+}
+
+func TestTranscodeEvictionCountsZstdForms(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	a := testImage(t, 2, 256<<10)
+	b := testImage(t, 2, 256<<10)
+	push(t, reg.host+"/a:v1", a)
+	push(t, reg.host+"/b:v1", b)
+	dir := t.TempDir()
+	// Room for one image in either form (random data does not compress),
+	// not for a layer more.
+	quota := imageSize(t, b) + imageSize(t, b)/10
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true, CacheQuotaBytes: quota})
+	fetchImage(t, p, reg.host+"/a:v1").Close()
+	waitTranscodes(t, p)
+	fetchImage(t, p, reg.host+"/b:v1").Close()
+	waitTranscodes(t, p)
+	st := p.CacheStats()
+	if st.Bytes > quota || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("CacheStats() = %+v with quota %d; files take %d bytes", st, quota, filesBytes(t, dir))
+	}
+	forms, _ := zstdFiles(t, dir)
+	if len(forms) != 2 {
+		t.Errorf("zstd forms %v, want the newer image's two", forms)
+	}
+	for _, f := range forms {
+		for _, d := range layerDigests(t, a) {
+			if strings.HasPrefix(f, d.Hex) {
+				t.Errorf("zstd form of the older image's layer %s kept over the quota", d)
+			}
+		}
+	}
+}
+
+func TestZstdNameCarriesItsDigest(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 1, 64<<10)
+	push(t, reg.host+"/app:v1", img)
+	dir := t.TempDir()
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	fetchImage(t, p, reg.host+"/app:v1").Close()
+	waitTranscodes(t, p)
+	forms, _ := zstdFiles(t, dir)
+	if len(forms) != 1 {
+		t.Fatalf("zstd forms: %v", forms)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "blobs", "zstd", forms[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	if want := layerDigests(t, img)[0].Hex + "-" + hex.EncodeToString(sum[:]); forms[0] != want {
+		t.Errorf("zstd form named %s, want %s", forms[0], want)
+	}
+}
+
+// tarOf makes an uncompressed tar of regular files.
+func tarOf(t testing.TB, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(files[n])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func gunzip(t testing.TB, blob []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
