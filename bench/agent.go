@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -132,7 +134,9 @@ func (a *agentProc) Stop() {
 type tcBuild struct {
 	// Wall runs from just before the POST to the arrival of the BUILT
 	// report at the stand-in CubeMaster.
-	Wall   time.Duration
+	Wall time.Duration
+	// Done is when the BUILT report arrived.
+	Done   time.Time
 	Path   string
 	SHA256 string
 	Size   int64
@@ -173,9 +177,67 @@ func (a *agentProc) build(ctx context.Context, master *cubemaster.Server, jobID,
 	if final.Field("status") != "BUILT" {
 		return nil, fmt.Errorf("job %s ended %s: %s", jobID, final.Field("status"), final.Field("error_message"))
 	}
-	b := &tcBuild{Wall: final.At.Sub(began), Path: final.Field("ext4_path"), SHA256: final.Field("ext4_sha256"), Size: final.Int("ext4_size_bytes")}
+	b := &tcBuild{Wall: final.At.Sub(began), Done: final.At, Path: final.Field("ext4_path"), SHA256: final.Field("ext4_sha256"), Size: final.Int("ext4_size_bytes")}
 	if b.Path == "" {
 		return nil, errors.New("BUILT report without ext4_path")
 	}
 	return b, nil
+}
+
+// cacheIdlePoll is how often waitCacheIdle scrapes the agent's metrics.
+const cacheIdlePoll = 10 * time.Millisecond
+
+// waitCacheIdle polls the agent's /metrics until its layer cache has no
+// re-encode queued or running.
+func (a *agentProc) waitCacheIdle(ctx context.Context) error {
+	const series = "cube_templatecenter_layer_cache_transcode_pending"
+	for {
+		pending, err := a.metric(ctx, series)
+		if err != nil {
+			return fmt.Errorf("wait for the layer cache: %w", err)
+		}
+		if pending == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the layer cache: %w", ctx.Err())
+		case <-a.exited:
+			return errors.New("wait for the layer cache: agent exited")
+		case <-time.After(cacheIdlePoll):
+		}
+	}
+}
+
+// metric reads one unlabelled series from the agent's /metrics.
+func (a *agentProc) metric(ctx context.Context, series string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.Base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, err
+	}
+	return parseMetric(string(body), series)
+}
+
+// parseMetric finds "series value" in Prometheus text.
+func parseMetric(text, series string) (float64, error) {
+	for line := range strings.Lines(text) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && name == series {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return 0, fmt.Errorf("metric %s: %w", series, err)
+			}
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("metric %s not exported", series)
 }

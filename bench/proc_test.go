@@ -140,3 +140,21 @@ func TestEnvdBlob(t *testing.T) {
 		t.Error("envdBlob is not deterministic")
 	}
 }
+
+func TestParseMetric(t *testing.T) {
+	text := `# HELP cube_templatecenter_layer_cache_transcode_pending Cached layers queued.
+# TYPE cube_templatecenter_layer_cache_transcode_pending gauge
+cube_templatecenter_layer_cache_transcode_pending_other 7
+cube_templatecenter_layer_cache_transcode_pending 2
+cube_templatecenter_build_dedup_hits_total{kind="reuse"} 1
+`
+	if v, err := parseMetric(text, "cube_templatecenter_layer_cache_transcode_pending"); err != nil || v != 2 {
+		t.Errorf("parseMetric = %v, %v; want 2", v, err)
+	}
+	if _, err := parseMetric(text, "cube_templatecenter_missing"); err == nil {
+		t.Error("parseMetric of a missing series succeeded")
+	}
+	if _, err := parseMetric("x_total abc\n", "x_total"); err == nil {
+		t.Error("parseMetric of a non-number succeeded")
+	}
+}
