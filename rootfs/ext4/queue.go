@@ -30,6 +30,7 @@ type wseg struct {
 // next chunk (typically decompression) with writing the last one.
 type writeQueue struct {
 	f         *os.File
+	wb        *writeback // used by the goroutine running jobs only
 	free      chan []byte
 	allocated int // buffers made so far; only the submitting side touches it
 
@@ -41,7 +42,7 @@ type writeQueue struct {
 }
 
 func newWriteQueue(f *os.File) *writeQueue {
-	q := &writeQueue{f: f, free: make(chan []byte, jobBuffers)}
+	q := &writeQueue{f: f, free: make(chan []byte, jobBuffers), wb: newWriteback(f)}
 	q.cond.L = &q.mu
 	return q
 }
@@ -96,6 +97,7 @@ func (q *writeQueue) run() {
 				err = fmt.Errorf("write data at block %d: %w", s.start, werr)
 				break
 			}
+			q.wb.written(int64(s.start)*BlockSize, int64(s.n))
 		}
 		q.free <- j.buf[:0]
 		if err != nil {
