@@ -18,6 +18,9 @@ type procSample struct {
 	// WriteBytes is write_bytes of /proc/PID/io: bytes the process caused
 	// to be sent to storage (counted when pages are dirtied).
 	WriteBytes int64
+	// CancelledBytes is cancelled_write_bytes: dirty bytes the process
+	// truncated or deleted before writeback, so they never reached the disk.
+	CancelledBytes int64
 	// CPU is the user plus system time of all the process's threads.
 	CPU time.Duration
 }
@@ -40,6 +43,10 @@ func sampleProc(pid int) (procSample, error) {
 	if err != nil {
 		return procSample{}, err
 	}
+	cancelled, err := parseIOField(string(io), "cancelled_write_bytes")
+	if err != nil {
+		return procSample{}, err
+	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return procSample{}, fmt.Errorf("read process stat: %w", err)
@@ -48,7 +55,7 @@ func sampleProc(pid int) (procSample, error) {
 	if err != nil {
 		return procSample{}, err
 	}
-	return procSample{PeakRSS: hwm, WriteBytes: wb, CPU: cpu}, nil
+	return procSample{PeakRSS: hwm, WriteBytes: wb, CancelledBytes: cancelled, CPU: cpu}, nil
 }
 
 // userHZ is the unit of the times in /proc/PID/stat (USER_HZ, 100 on every

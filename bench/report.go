@@ -46,6 +46,9 @@ type Measurement struct {
 	// Written is write_bytes of the agent during the build, or the sum of
 	// the steps' ru_oublock × 512 for upstream.
 	Written int64 `json:"written_bytes"`
+	// Cancelled is the agent's cancelled_write_bytes over the same span:
+	// written bytes deleted before writeback (0 for upstream, unmeasured).
+	Cancelled int64 `json:"cancelled_write_bytes,omitempty"`
 	// CPU is the user plus system time of the agent during the build, or
 	// the sum over upstream's steps.
 	CPU time.Duration `json:"cpu_ns"`
@@ -415,6 +418,7 @@ func (r *Report) Write(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(bw)
+	r.writeFirstBuild(bw)
 	r.writeSteps(bw)
 	fmt.Fprintln(bw)
 	for _, v := range r.Verified {
@@ -430,4 +434,48 @@ func (r *Report) Write(w io.Writer) error {
 		fmt.Fprintf(bw, "  %s  %-48s want %-36s got %s\n", verdict, t.Name, t.Want, t.Got)
 	}
 	return bw.Flush()
+}
+
+// writeFirstBuild prints, per image, what the first build of an image costs
+// in writes including its background work (tc-cold plus tc-recode), and how
+// much of it was deleted before writeback (the served gzip blobs, once
+// re-encoded), medians over the runs.
+func (r *Report) writeFirstBuild(w io.Writer) {
+	type sums struct{ written, cancelled, size []float64 }
+	var order []string
+	per := map[string]*sums{}
+	recode := map[string]Measurement{}
+	for _, m := range r.Measurements {
+		if m.Pipeline == PipelineRecode {
+			recode[fmt.Sprintf("%s/%d", m.Image, m.Run)] = m
+		}
+	}
+	for _, m := range r.Measurements {
+		rc, ok := recode[fmt.Sprintf("%s/%d", m.Image, m.Run)]
+		if m.Pipeline != PipelineCold || !ok || m.Size == 0 {
+			continue
+		}
+		s := per[m.Image]
+		if s == nil {
+			s = &sums{}
+			per[m.Image] = s
+			order = append(order, m.Image)
+		}
+		s.written = append(s.written, float64(m.Written+rc.Written))
+		s.cancelled = append(s.cancelled, float64(m.Cancelled+rc.Cancelled))
+		s.size = append(s.size, float64(m.Size))
+	}
+	if len(order) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "first build of an image (tc-cold + tc-recode), medians:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| image | written MiB | deleted before writeback MiB | reached the disk MiB | written/size | reached/size |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	for _, img := range order {
+		s := per[img]
+		wr, c, sz := median(s.written), median(s.cancelled), median(s.size)
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n", img, wr/(1<<20), c/(1<<20), (wr-c)/(1<<20), wr/sz, (wr-c)/sz)
+	}
+	fmt.Fprintln(w)
 }

@@ -145,3 +145,25 @@ func TestDiffTrees(t *testing.T) {
 		t.Errorf("diffTrees limited to 2 = %q", d)
 	}
 }
+
+func TestFirstBuildSumsColdAndRecode(t *testing.T) {
+	cold := measurement("large", PipelineCold, 0, 3*time.Second, 60<<20, 650<<20, 500<<20)
+	cold.Cancelled = 0
+	recode := measurement("large", PipelineRecode, 0, 7*time.Second, 80<<20, 180<<20, 500<<20)
+	recode.Cancelled = 195 << 20
+	warm := measurement("large", PipelineWarm, 0, 2*time.Second, 80<<20, 460<<20, 500<<20)
+	up := measurement("large", PipelineUpstream, 0, 14*time.Second, 25<<20, 1200<<20, 768<<20)
+	r := &Report{Measurements: []Measurement{up, cold, recode, warm}}
+	var out bytes.Buffer
+	r.writeFirstBuild(&out)
+	want := "| large | 830.0 | 195.0 | 635.0 | 1.66 | 1.27 |"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("first-build table:\n%s\nwant a row %q", out.String(), want)
+	}
+	// The re-encode row has no upstream ratio.
+	for _, row := range r.Rows() {
+		if (row.Pipeline == PipelineRecode) != (row.Ratio == 0) && row.Pipeline != PipelineUpstream {
+			t.Errorf("row %s: ratio %v; only the re-encode has none", row.Pipeline, row.Ratio)
+		}
+	}
+}

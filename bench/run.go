@@ -339,6 +339,7 @@ func (h *harness) measureAgent(ctx context.Context, name string, run int, dir st
 		}
 		m.Wall, m.SHA256, m.PeakRSS = res.Wall, res.SHA256, after.PeakRSS
 		m.Written, m.CPU = after.WriteBytes-before.WriteBytes, after.CPU-before.CPU
+		m.Cancelled = after.CancelledBytes - before.CancelledBytes
 		if m.Size, m.Allocated, err = fileSize(res.Path); err != nil {
 			return a, fmt.Errorf("bench: %w", err)
 		}
@@ -371,7 +372,8 @@ func (h *harness) measureRecode(ctx context.Context, a *agentProc, cold Measurem
 		return fmt.Errorf("bench: %w", err)
 	}
 	m := Measurement{Image: cold.Image, Pipeline: PipelineRecode, Run: cold.Run, Load1: cold.Load1,
-		Wall: idle.Sub(built), CPU: after.CPU - at.CPU, Written: after.WriteBytes - at.WriteBytes, PeakRSS: after.PeakRSS,
+		Wall: idle.Sub(built), CPU: after.CPU - at.CPU, Written: after.WriteBytes - at.WriteBytes,
+		Cancelled: after.CancelledBytes - at.CancelledBytes, PeakRSS: after.PeakRSS,
 		Size: cold.Size, Allocated: cold.Allocated}
 	h.report.Measurements = append(h.report.Measurements, m)
 	h.logMeasurement(m)
