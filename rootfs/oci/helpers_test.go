@@ -171,6 +171,15 @@ func layerDigests(t testing.TB, img v1.Image) []v1.Hash {
 
 // compressedLayers returns the compressed bytes of every layer of img.
 func compressedLayers(t testing.TB, img v1.Image) [][]byte {
+	return layerStreams(t, img, v1.Layer.Compressed)
+}
+
+// uncompressedLayers returns the uncompressed stream of every layer of img.
+func uncompressedLayers(t testing.TB, img v1.Image) [][]byte {
+	return layerStreams(t, img, v1.Layer.Uncompressed)
+}
+
+func layerStreams(t testing.TB, img v1.Image, open func(v1.Layer) (io.ReadCloser, error)) [][]byte {
 	t.Helper()
 	ls, err := img.Layers()
 	if err != nil {
@@ -178,9 +187,9 @@ func compressedLayers(t testing.TB, img v1.Image) [][]byte {
 	}
 	var out [][]byte
 	for _, l := range ls {
-		rc, err := l.Compressed()
+		rc, err := open(l)
 		if err != nil {
-			t.Fatalf("compressed layer: %v", err)
+			t.Fatalf("open layer: %v", err)
 		}
 		b, err := io.ReadAll(rc)
 		rc.Close()
