@@ -34,7 +34,7 @@ var errNotGzip = errors.New("not gzip")
 
 // transcoder re-encodes the cache's gzip blobs as zstd, one at a time, in the
 // background after the build that fetched them: warm builds are bound by
-// decompression, and zstd inflates three to four times faster than gzip.
+// decompression, and zstd inflates two to three times faster than gzip.
 // The uncompressed stream is unchanged, so images built from either form are
 // identical. It runs on a thread of its own at the lowest CPU and I/O
 // priority so that builds keep the machine.
