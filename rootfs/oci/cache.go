@@ -52,6 +52,10 @@ type cacheEntry struct {
 	// served tells whether the blob as served is on disk; staleServed that it
 	// is to be removed once unpinned (a zstd form replaced it).
 	served, staleServed bool
+	// reverify asks for verified to be cleared once unpinned: the file was
+	// found changed while in use. Clearing it earlier would let a new
+	// acquire drop and replace the entry under its current pins.
+	reverify bool
 	// zhex and zsize describe the zstd form; zhex is "" without one.
 	zhex  string
 	zsize int64
@@ -459,12 +463,12 @@ func (c *blobCache) unpin(hexDigests []string) {
 		if e := c.entries[d]; e != nil && e.pins > 0 {
 			e.pins--
 			e.lastUse = now
-			c.dropStaleLocked(d, e)
+			c.settleLocked(d, e)
 		}
 	}
 	c.evictLocked()
 	for _, d := range hexDigests {
-		if e := c.entries[d]; e != nil && e.verified && e.served && e.zhex == "" && !e.keep {
+		if e := c.entries[d]; e != nil && e.verified && !e.reverify && e.served && e.zhex == "" && !e.keep {
 			transcode = append(transcode, d)
 		}
 	}
@@ -474,11 +478,18 @@ func (c *blobCache) unpin(hexDigests []string) {
 	}
 }
 
-// dropStaleLocked removes the served form of an unpinned blob that has a
-// zstd form. A failure leaves it accounted for, to be retried at the next
-// unpin.
-func (c *blobCache) dropStaleLocked(hexDigest string, e *cacheEntry) {
-	if e.pins > 0 || !e.staleServed {
+// settleLocked applies what waited for a blob to be unpinned: it is marked
+// for verification again, and its served form is removed if a zstd form
+// replaced it. A failed removal leaves the form accounted for, to be retried
+// at the next unpin.
+func (c *blobCache) settleLocked(hexDigest string, e *cacheEntry) {
+	if e.pins > 0 {
+		return
+	}
+	if e.reverify {
+		e.verified, e.reverify = false, false
+	}
+	if !e.staleServed {
 		return
 	}
 	if err := os.Remove(c.path(hexDigest)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -167,7 +167,7 @@ func (t *transcoder) transcode(h string) (ok, failed bool) {
 	c := t.c
 	c.mu.Lock()
 	e := c.entries[h]
-	if e == nil || !e.verified || !e.served || e.zhex != "" || e.keep {
+	if e == nil || !e.verified || e.reverify || !e.served || e.zhex != "" || e.keep {
 		c.mu.Unlock()
 		return false, false
 	}
@@ -196,7 +196,8 @@ func (t *transcoder) transcode(h string) (ok, failed bool) {
 	case errors.Is(err, ErrDigestMismatch):
 		// The served file changed since it was verified: have the next
 		// acquire verify it again (and download it if it is corrupt).
-		e.verified = false
+		e.reverify = true
+		c.settleLocked(h, e)
 		t.logger.Warn("layer cache: blob changed on disk", "digest", "sha256:"+h, "err", err)
 		return false, true
 	default:
@@ -207,7 +208,7 @@ func (t *transcoder) transcode(h string) (ok, failed bool) {
 	e.zhex, e.zsize = zhex, zsize
 	c.total += zsize
 	e.staleServed = true
-	c.dropStaleLocked(h, e)
+	c.settleLocked(h, e)
 	_ = os.Chtimes(c.zpath(h, zhex), e.lastUse, e.lastUse)
 	c.evictLocked()
 	t.logger.Debug("layer cache: blob transcoded to zstd", "digest", "sha256:"+h, "gzip_bytes", size, "zstd_bytes", zsize)

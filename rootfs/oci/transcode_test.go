@@ -462,3 +462,51 @@ func tarOf(t testing.TB, files map[string]string) []byte {
 	}
 	return buf.Bytes()
 }
+
+// TestTranscodeCorruptionFoundWhilePinned: a blob found changed by the
+// transcoder while another Layers pins it is verified again only once
+// unpinned, so the pins of the entry are never lost to a replacement.
+func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 1, 256<<10)
+	push(t, reg.host+"/app:v1", img)
+	ref := reg.host + "/app:v1"
+	dir := t.TempDir()
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	held := fetchImage(t, p, ref)
+	other := fetchImage(t, p, ref)
+	served := blobPath(dir, layerDigests(t, img)[0])
+	b, err := os.ReadFile(served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(served, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	waitTranscodes(t, p)
+	if st := p.CacheStats(); st.TranscodeFailures != 1 || st.ZstdBlobs != 0 {
+		t.Errorf("CacheStats() = %+v, want one failure", st)
+	}
+	// Still pinned by held: nothing is replaced under it, and no second
+	// transcode is attempted.
+	again := fetchImage(t, p, ref)
+	again.Close()
+	waitTranscodes(t, p)
+	if st := p.CacheStats(); st.TranscodeFailures != 1 {
+		t.Errorf("suspect blob transcoded again while pinned: %+v", st)
+	}
+	reg.reset()
+	held.Close()
+	ls := fetchImage(t, p, ref)
+	checkLayers(t, ls, mustResolve(t, p, ref), compressedLayers(t, img))
+	ls.Close()
+	if n := reg.layerGets(t, img); n != 1 {
+		t.Errorf("%d layer GETs after the last unpin, want 1 (verified again, found corrupt, refetched)", n)
+	}
+	waitTranscodes(t, p)
+	if st := p.CacheStats(); st.ZstdBlobs != 1 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("CacheStats() = %+v, files take %d bytes; want the refetched blob transcoded", st, filesBytes(t, dir))
+	}
+}
