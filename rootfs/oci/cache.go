@@ -66,18 +66,6 @@ type cacheEntry struct {
 	verified bool
 }
 
-// diskBytes is what the entry's files take.
-func (e *cacheEntry) diskBytes() int64 {
-	var n int64
-	if e.served {
-		n += e.size
-	}
-	if e.zhex != "" {
-		n += e.zsize
-	}
-	return n
-}
-
 // flight is one in-progress verification or download of a blob; concurrent
 // acquirers of the same blob wait for it instead of downloading again.
 type flight struct {
