@@ -21,7 +21,6 @@ import (
 	"io/fs"
 	"math/big"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -522,23 +521,4 @@ func fakeEnvd(seed byte) []byte {
 		b[i] = byte(i*31) ^ seed
 	}
 	return b
-}
-
-// mountTmpfs mounts a tmpfs of the given size ("8m") on a fresh
-// directory, unmounted when the test ends.
-func mountTmpfs(t testing.TB, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("tmpfs mounts need root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v\n%s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v\n%s", dir, err, out)
-		}
-	})
-	return dir
 }

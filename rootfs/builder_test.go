@@ -470,7 +470,7 @@ func TestBuildNoSpace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ref := reg.Push(t, "big/"+strings.ToLower(c.name)+":v1", enospcImage(t, c.size, c.random))
 			opts := builderOptions(t, reg.Host)
-			opts.Store = rootfs.Store(mountTmpfs(t, c.tmpfs))
+			opts.Store = rootfs.Store(fstest.Tmpfs(t, c.tmpfs))
 			b := newBuilder(t, opts)
 			img := resolve(t, b, rootfs.Source{Ref: ref})
 			art, err := b.Build(context.Background(), specOf(img, ref, nil, nil), nil)

@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
 )
 
 // zstdFiles lists the committed zstd forms and the temp files in a cache dir.
@@ -508,5 +510,31 @@ func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
 	waitTranscodes(t, p)
 	if st := p.CacheStats(); st.ZstdBlobs != 1 || st.Bytes != filesBytes(t, dir) {
 		t.Errorf("CacheStats() = %+v, files take %d bytes; want the refetched blob transcoded", st, filesBytes(t, dir))
+	}
+}
+
+// TestTranscodeNoSpace: a disk too full for the zstd form leaves the served
+// blob in place and usable, counts a failure and leaves no temp file.
+func TestTranscodeNoSpace(t *testing.T) {
+	dir := fstest.Tmpfs(t, "5m")
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 1, 3<<20) // random: the zstd form is as big as the blob
+	push(t, reg.host+"/app:v1", img)
+	ref := reg.host + "/app:v1"
+	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	fetchImage(t, p, ref).Close()
+	waitTranscodes(t, p)
+	if st := p.CacheStats(); st.TranscodeFailures != 1 || st.ZstdBlobs != 0 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("CacheStats() = %+v, files take %d bytes; want one failure, the served blob kept", st, filesBytes(t, dir))
+	}
+	if _, temps := zstdFiles(t, dir); len(temps) != 0 {
+		t.Errorf("temp files left: %v", temps)
+	}
+	reg.reset()
+	ls := fetchImage(t, p, ref)
+	checkLayers(t, ls, mustResolve(t, p, ref), compressedLayers(t, img))
+	ls.Close()
+	if n := reg.layerGets(t, img); n != 0 {
+		t.Errorf("%d layer GETs, want 0: the served blob is still cached", n)
 	}
 }

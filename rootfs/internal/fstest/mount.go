@@ -19,12 +19,26 @@ func Fsck(t testing.TB, image string) {
 // unmounts it when the test ends. It skips the test unless run as root.
 func Mount(t testing.TB, image string) string {
 	t.Helper()
+	return mount(t, "loop mounts", "-t", "ext4", "-o", "loop,ro", image)
+}
+
+// Tmpfs mounts a tmpfs of the given size ("8m") on a fresh directory, for
+// running out of space on purpose, and unmounts it when the test ends. It
+// skips the test unless run as root.
+func Tmpfs(t testing.TB, size string) string {
+	t.Helper()
+	return mount(t, "tmpfs mounts", "-t", "tmpfs", "-o", "size="+size, "tmpfs")
+}
+
+// mount runs mount(8) with args and a fresh directory as the target.
+func mount(t testing.TB, what string, args ...string) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("loop mounts need root")
+		t.Skip(what + " need root")
 	}
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,ro", image, dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount %s: %v\n%s", image, err, out)
+	if out, err := exec.Command("mount", append(args, dir)...).CombinedOutput(); err != nil {
+		t.Fatalf("mount %v: %v\n%s", args, err, out)
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
