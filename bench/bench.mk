@@ -35,7 +35,7 @@ bench: build
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCH_TIME) ./bench/
 
-## bench-profile: CPU profile of warm Debian builds through rootfs.Builder (bench-cpu.out).
+## bench-profile: CPU profile of warm Debian builds through rootfs.Builder (bench-cpu.out; includes the warm-up build and its zstd re-encode).
 bench-profile:
 	$(GO) test -run '^$$' -bench '^BenchmarkBuilder$$/^debian$$/^warm$$' -benchtime 5x -cpuprofile bench-cpu.out -o bench.test ./bench/ -args -images $(BENCH_WORK)/images
 	$(GO) tool pprof -top -nodecount 30 bench.test bench-cpu.out
