@@ -104,7 +104,8 @@ func openBlobCache(blobs string, quota int64) (*blobCache, error) {
 		hex, zhex := name[:64], name[65:]
 		if e := c.entries[hex]; e != nil {
 			// A crash between committing the zstd form and removing the
-			// served one: keep the served blob, its name authenticates it.
+			// served one: keep the served blob, its name authenticates it
+			// (and of two zstd forms, the first found).
 			if err := os.Remove(filepath.Join(c.zdir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("remove duplicate zstd blob: %w", err)
 			}
