@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
@@ -123,6 +124,16 @@ func inflate(t testing.TB, blob []byte) []byte {
 	return raw
 }
 
+// servedImage pushes a random image of n layers of about size bytes to a
+// fresh registry and returns its reference.
+func servedImage(t testing.TB, n int, size int64) (*testRegistry, v1.Image, string) {
+	t.Helper()
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, n, size)
+	push(t, reg.host+"/app:v1", img)
+	return reg, img, reg.host + "/app:v1"
+}
+
 func fetchImage(t testing.TB, p *Puller, ref string) *Layers {
 	t.Helper()
 	ls, err := p.Fetch(context.Background(), mustResolve(t, p, ref), nil)
@@ -142,10 +153,7 @@ func waitTranscodes(t testing.TB, p *Puller) {
 }
 
 func TestTranscodeReplacesGzipWithZstd(t *testing.T) {
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, 3, 256<<10)
-	push(t, reg.host+"/app:v1", img)
-	ref := reg.host + "/app:v1"
+	reg, img, ref := servedImage(t, 3, 256<<10)
 	want := uncompressedLayers(t, img)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
@@ -206,10 +214,7 @@ func TestTranscodeReplacesGzipWithZstd(t *testing.T) {
 }
 
 func TestTranscodeTornZstdFormIsRefetched(t *testing.T) {
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, 2, 128<<10)
-	push(t, reg.host+"/app:v1", img)
-	ref := reg.host + "/app:v1"
+	reg, img, ref := servedImage(t, 2, 128<<10)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
 	fetchImage(t, p, ref).Close()
@@ -248,10 +253,7 @@ func TestTranscodeTornZstdFormIsRefetched(t *testing.T) {
 }
 
 func TestTranscodeWhilePinnedKeepsServedFormUntilUnpinned(t *testing.T) {
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, 1, 128<<10)
-	push(t, reg.host+"/app:v1", img)
-	ref := reg.host + "/app:v1"
+	_, img, ref := servedImage(t, 1, 128<<10)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
 
@@ -320,10 +322,7 @@ func mustResolve(t testing.TB, p *Puller, ref string) *Image {
 }
 
 func TestTranscodeCorruptedServedBlobIsVerifiedAgain(t *testing.T) {
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, 1, 256<<10)
-	push(t, reg.host+"/app:v1", img)
-	ref := reg.host + "/app:v1"
+	reg, img, ref := servedImage(t, 1, 256<<10)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir}) // fetch without transcoding
 	fetchImage(t, p, ref).Close()
@@ -356,12 +355,10 @@ func TestTranscodeCorruptedServedBlobIsVerifiedAgain(t *testing.T) {
 }
 
 func TestTranscodeStopsWithThePuller(t *testing.T) {
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, 1, 48<<20)
-	push(t, reg.host+"/big:v1", img)
+	reg, img, ref := servedImage(t, 1, 48<<20)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	fetchImage(t, p, reg.host+"/big:v1").Close()
+	fetchImage(t, p, ref).Close()
 	// Close cancels the transcode, which may or may not have finished.
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -376,7 +373,7 @@ func TestTranscodeStopsWithThePuller(t *testing.T) {
 	}
 	reg.reset()
 	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	ls := fetchImage(t, p2, reg.host+"/big:v1")
+	ls := fetchImage(t, p2, ref)
 	ls.Close()
 	if n := reg.layerGets(t, img); n != 0 {
 		t.Errorf("%d layer GETs after a stopped transcode, want 0", n)
@@ -420,12 +417,10 @@ func TestTranscodeEvictionCountsZstdForms(t *testing.T) {
 }
 
 func TestZstdNameCarriesItsDigest(t *testing.T) {
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, 1, 64<<10)
-	push(t, reg.host+"/app:v1", img)
+	_, img, ref := servedImage(t, 1, 64<<10)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	fetchImage(t, p, reg.host+"/app:v1").Close()
+	fetchImage(t, p, ref).Close()
 	waitTranscodes(t, p)
 	forms, _ := zstdFiles(t, dir)
 	if len(forms) != 1 {
@@ -469,10 +464,7 @@ func tarOf(t testing.TB, files map[string]string) []byte {
 // transcoder while another Layers pins it is verified again only once
 // unpinned, so the pins of the entry are never lost to a replacement.
 func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, 1, 256<<10)
-	push(t, reg.host+"/app:v1", img)
-	ref := reg.host + "/app:v1"
+	reg, img, ref := servedImage(t, 1, 256<<10)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
 	held := fetchImage(t, p, ref)
@@ -517,10 +509,7 @@ func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
 // blob in place and usable, counts a failure and leaves no temp file.
 func TestTranscodeNoSpace(t *testing.T) {
 	dir := fstest.Tmpfs(t, "5m")
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, 1, 3<<20) // random: the zstd form is as big as the blob
-	push(t, reg.host+"/app:v1", img)
-	ref := reg.host + "/app:v1"
+	reg, img, ref := servedImage(t, 1, 3<<20) // random: the zstd form is as big as the blob
 	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
 	fetchImage(t, p, ref).Close()
 	waitTranscodes(t, p)
