@@ -77,6 +77,25 @@ func TestDebUnderSystemd(t *testing.T) {
 			t.Errorf("artifact %s: %s", cb.Field("ext4_path"), stat)
 		}
 	}
+	// The layer cache re-encodes the image's two gzip layers as zstd on its
+	// idle-priority thread, inside the unit's sandbox and syscall filter.
+	c.waitUntil("the layer cache re-encodes both layers", restartLimit, func() (bool, string) {
+		_, body, err := get("/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		if strings.Contains(body, "cube_templatecenter_layer_cache_transcode_failures_total 0") &&
+			strings.Contains(body, "cube_templatecenter_layer_cache_zstd_blobs 2") {
+			return true, ""
+		}
+		var lines []string
+		for l := range strings.Lines(body) {
+			if strings.HasPrefix(l, "cube_templatecenter_layer_cache_") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+		return false, strings.Join(lines, "; ")
+	})
 
 	// systemctl reload: SIGHUP, the agent re-reads conf.yaml, same process.
 	before := c.agent()
