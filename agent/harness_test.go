@@ -27,10 +27,12 @@ import (
 
 const testToken = "s3cret-token"
 
-// testBuilder stands in for rootfs until it is wired: it resolves refs to
-// stable digests and publishes a small real file through rootfs.Store, so
-// reuse, deletion and recovery act on real files. Hooks inject failures
-// and delays.
+// testBuilder is a fast, controllable builder for the agent's own logic
+// (queue, dedup, reports, recovery); the real rootfs.Builder is exercised
+// through the binary in cmd/templatecenter, test/system and bench. It
+// resolves refs to stable digests and publishes a small real file through
+// rootfs.Store, so reuse, deletion and recovery act on real files. Hooks
+// inject failures and delays.
 type testBuilder struct {
 	store rootfs.Store
 
