@@ -249,7 +249,7 @@ func (t *transcoder) encode(h string, size int64) (tmp, zhex string, zsize int64
 	}()
 	outHash := sha256.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(out, outHash), copyBufSize)
-	zw, err := zstd.NewWriter(bw, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest))
+	zw, err := zstd.NewWriter(bw, zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return "", "", 0, fmt.Errorf("zstd: %w", err)
 	}
