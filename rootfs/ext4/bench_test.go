@@ -39,77 +39,68 @@ const benchBytes = 512 << 20
 
 var benchPattern = randBytes(42, 4<<20+4096*3)
 
+// onScratchFile runs write b.N times, each on a fresh file in dir that is
+// closed and removed afterwards.
+func onScratchFile(b *testing.B, dir string, write func(f *os.File) error) {
+	b.Helper()
+	for i := 0; i < b.N; i++ {
+		p := filepath.Join(dir, "scratch")
+		f, err := os.Create(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := write(f); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		os.Remove(p)
+	}
+}
+
 // BenchmarkWriteData compares WriteData with a plain sequential write of
 // the same bytes to a file on the same disk (both end with fsync).
 func BenchmarkWriteData(b *testing.B) {
 	dir := b.TempDir()
 	b.Run("Writer", func(b *testing.B) {
 		b.SetBytes(benchBytes)
-		for i := 0; i < b.N; i++ {
-			p := filepath.Join(dir, "w.ext4")
-			f, err := os.Create(p)
-			if err != nil {
-				b.Fatal(err)
-			}
+		onScratchFile(b, dir, func(f *os.File) error {
 			w, err := NewWriter(f, testOptions())
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
 			if _, err := w.WriteData(context.Background(), &repeatReader{pat: benchPattern, n: benchBytes}, benchBytes); err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if err := f.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			f.Close()
-			os.Remove(p)
-		}
+			return f.Sync()
+		})
 	})
 	b.Run("SmallFiles", func(b *testing.B) {
 		// 32 KiB files, as in a typical root filesystem.
 		const fileSize = 32 << 10
 		b.SetBytes(benchBytes)
-		for i := 0; i < b.N; i++ {
-			p := filepath.Join(dir, "s.ext4")
-			f, err := os.Create(p)
-			if err != nil {
-				b.Fatal(err)
-			}
+		onScratchFile(b, dir, func(f *os.File) error {
 			w, err := NewWriter(f, testOptions())
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
 			r := &repeatReader{pat: benchPattern, n: benchBytes}
 			for k := 0; k < benchBytes/fileSize; k++ {
 				if _, err := w.WriteData(context.Background(), r, fileSize); err != nil {
-					b.Fatal(err)
+					return err
 				}
 			}
-			if err := f.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			f.Close()
-			os.Remove(p)
-		}
+			return f.Sync()
+		})
 	})
 	b.Run("PlainFile", func(b *testing.B) {
 		b.SetBytes(benchBytes)
 		buf := make([]byte, ioBufSize)
-		for i := 0; i < b.N; i++ {
-			p := filepath.Join(dir, "plain")
-			f, err := os.Create(p)
-			if err != nil {
-				b.Fatal(err)
-			}
+		onScratchFile(b, dir, func(f *os.File) error {
 			if _, err := io.CopyBuffer(onlyWriter{f}, &repeatReader{pat: benchPattern, n: benchBytes}, buf); err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if err := f.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			f.Close()
-			os.Remove(p)
-		}
+			return f.Sync()
+		})
 	})
 }
 
@@ -202,51 +193,34 @@ func BenchmarkWriteDataFromGzip(b *testing.B) {
 	dir := b.TempDir()
 	b.Run("Writer", func(b *testing.B) {
 		b.SetBytes(n)
-		for i := 0; i < b.N; i++ {
-			p := filepath.Join(dir, "w.ext4")
-			f, err := os.Create(p)
-			if err != nil {
-				b.Fatal(err)
-			}
+		onScratchFile(b, dir, func(f *os.File) error {
 			w, err := NewWriter(f, testOptions())
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
 			zr, err := gzip.NewReader(bytes.NewReader(gz))
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
 			if _, err := w.WriteData(context.Background(), zr, n); err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if _, err := w.Finish(context.Background(), &Node{Mode: ModeDir | 0o755}); err != nil {
-				b.Fatal(err)
-			}
-			f.Close()
-			os.Remove(p)
-		}
+			_, err = w.Finish(context.Background(), &Node{Mode: ModeDir | 0o755})
+			return err
+		})
 	})
 	b.Run("PlainFile", func(b *testing.B) {
 		b.SetBytes(n)
 		buf := make([]byte, ioBufSize)
-		for i := 0; i < b.N; i++ {
-			p := filepath.Join(dir, "plain")
-			f, err := os.Create(p)
-			if err != nil {
-				b.Fatal(err)
-			}
+		onScratchFile(b, dir, func(f *os.File) error {
 			zr, err := gzip.NewReader(bytes.NewReader(gz))
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
 			if _, err := io.CopyBuffer(onlyWriter{f}, zr, buf); err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if err := f.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			f.Close()
-			os.Remove(p)
-		}
+			return f.Sync()
+		})
 	})
 }
