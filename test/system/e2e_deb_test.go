@@ -145,17 +145,7 @@ func TestDebUnderSystemd(t *testing.T) {
 
 	// kill -9 with a terminal report undelivered: systemd restarts the
 	// agent by itself and the report arrives exactly once.
-	w.hold()
-	w.submit("deb-crash")
-	w.waitRefusedTerminal("deb-crash")
-	before = c.agent()
-	c.must("kill", "-9", before.pid)
-	c.waitRestarted(before)
-	if j := c.journal(serviceUnit); !strings.Contains(j, "status=9/KILL") {
-		t.Errorf("journal does not show the SIGKILL:\n%s", j)
-	}
-	w.release()
-	w.waitTerminal("deb-crash")
+	restartWithReportHeld(t, c, w, "deb-crash", "-9", "status=9/KILL")
 
 	// Watchdog: a stopped (SIGSTOP) agent stops pinging and systemd
 	// restarts it. A drop-in shortens WatchdogSec to keep the test short.
@@ -165,17 +155,7 @@ func TestDebUnderSystemd(t *testing.T) {
 	if wd := c.prop(serviceUnit, "WatchdogUSec"); wd != "5s" {
 		t.Fatalf("WatchdogUSec=%s after the drop-in", wd)
 	}
-	w.hold()
-	w.submit("deb-watchdog")
-	w.waitRefusedTerminal("deb-watchdog")
-	before = c.agent()
-	c.must("kill", "-STOP", before.pid)
-	c.waitRestarted(before)
-	if j := c.journal(serviceUnit); !strings.Contains(j, "Failed with result 'watchdog'") {
-		t.Errorf("journal does not show a watchdog timeout:\n%s", j)
-	}
-	w.release()
-	w.waitTerminal("deb-watchdog")
+	restartWithReportHeld(t, c, w, "deb-watchdog", "-STOP", "Failed with result 'watchdog'")
 	c.must("rm", "/etc/systemd/system/"+serviceUnit+".d/50-system-test-watchdog.conf")
 	c.must("systemctl", "daemon-reload")
 
@@ -252,4 +232,23 @@ func TestDebUnderSystemd(t *testing.T) {
 	if !portClosed() {
 		t.Error("port 8090 still open after purge")
 	}
+}
+
+// restartWithReportHeld builds jobID while CubeMaster refuses its terminal
+// report, sends the agent signal (kill(1) syntax), waits for systemd to
+// restart it with journalWant in the unit's journal, then lets CubeMaster
+// accept and requires the report delivered exactly once.
+func restartWithReportHeld(t *testing.T, c *container, w *world, jobID, signal, journalWant string) {
+	t.Helper()
+	w.hold()
+	w.submit(jobID)
+	w.waitRefusedTerminal(jobID)
+	before := c.agent()
+	c.must("kill", signal, before.pid)
+	c.waitRestarted(before)
+	if j := c.journal(serviceUnit); !strings.Contains(j, journalWant) {
+		t.Errorf("journal lacks %q after kill %s:\n%s", journalWant, signal, j)
+	}
+	w.release()
+	w.waitTerminal(jobID)
 }
