@@ -636,12 +636,7 @@ func TestArtifactDelete(t *testing.T) {
 
 func TestArtifactDeleteWhileBuilding(t *testing.T) {
 	h := newHarness(t, nil)
-	entered, release := make(chan string, 1), make(chan struct{})
-	h.builder.beforePublish = func(ctx context.Context, spec rootfs.Spec) error {
-		entered <- spec.ArtifactID
-		<-release
-		return nil
-	}
+	entered, release := h.pauseAtPublish()
 	h.start()
 	h.submit("busy", "img")
 	id := <-entered

@@ -185,6 +185,18 @@ func newHarness(t *testing.T, mutate func(*config.Config)) *harness {
 	return h
 }
 
+// pauseAtPublish stops every build before it publishes: the build sends
+// its artifact id on entered and waits until release is closed.
+func (h *harness) pauseAtPublish() (entered <-chan string, release chan struct{}) {
+	ids, release := make(chan string, 1), make(chan struct{})
+	h.builder.beforePublish = func(ctx context.Context, spec rootfs.Spec) error {
+		ids <- spec.ArtifactID
+		<-release
+		return nil
+	}
+	return ids, release
+}
+
 // start opens the spool and runs a fresh Agent on it.
 func (h *harness) start() {
 	h.t.Helper()

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
 // upload posts a multipart body; fields are written in the order given
@@ -115,12 +113,7 @@ func TestArtifactUpload(t *testing.T) {
 
 func TestArtifactUploadWhileBuilding(t *testing.T) {
 	h := newHarness(t, nil)
-	entered, release := make(chan string, 1), make(chan struct{})
-	h.builder.beforePublish = func(ctx context.Context, spec rootfs.Spec) error {
-		entered <- spec.ArtifactID
-		<-release
-		return nil
-	}
+	entered, release := h.pauseAtPublish()
 	h.start()
 	h.submit("building", "img")
 	id := <-entered
