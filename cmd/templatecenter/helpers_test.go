@@ -581,20 +581,7 @@ type cliResult struct {
 // runCLI runs the binary with args and exactly env, to completion.
 func runCLI(t testing.TB, env []string, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
-	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("templatecenter %s did not finish within %s; stderr:\n%s", strings.Join(args, " "), waitLimit, stderr.String())
-	}
-	if cmd.ProcessState == nil {
-		t.Fatalf("run templatecenter %s: %v", strings.Join(args, " "), err)
-	}
-	return cliResult{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
+	return runCLIInput(t, env, "", args...)
 }
 
 // jobView is the job part of `templatecenter jobs show`.
