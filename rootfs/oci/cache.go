@@ -195,13 +195,6 @@ func (c *blobCache) open(hexDigest string) (*os.File, error) {
 	return os.Open(c.path(hexDigest))
 }
 
-// usage returns the bytes and number of blobs in the cache.
-func (c *blobCache) usage() (int64, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.total, len(c.entries)
-}
-
 // stats returns the cache's sizes and the number of zstd forms.
 func (c *blobCache) stats() CacheStats {
 	c.mu.Lock()

@@ -58,9 +58,9 @@ func TestFetchThenCacheHit(t *testing.T) {
 			t.Errorf("layer %d fetched %d times, want 1", i, n)
 		}
 	}
-	bytesUsed, blobs := p.CacheUsage()
+	bytesUsed, blobs := cacheUsage(p)
 	if blobs != 2 || bytesUsed != int64(len(want[0])+len(want[1])) {
-		t.Errorf("CacheUsage() = %d bytes, %d blobs; want %d bytes, 2 blobs", bytesUsed, blobs, len(want[0])+len(want[1]))
+		t.Errorf("cache usage = %d bytes, %d blobs; want %d bytes, 2 blobs", bytesUsed, blobs, len(want[0])+len(want[1]))
 	}
 
 	reg.reset()
@@ -186,8 +186,8 @@ func TestCacheSurvivesRestart(t *testing.T) {
 
 	reg.reset()
 	p2 := newTestPuller(t, Options{CacheDir: dir})
-	if b, n := p2.CacheUsage(); n != 3 || b != imageSize(t, img) {
-		t.Errorf("CacheUsage() after restart = %d bytes, %d blobs; want %d, 3", b, n, imageSize(t, img))
+	if b, n := cacheUsage(p2); n != 3 || b != imageSize(t, img) {
+		t.Errorf("cache usage after restart = %d bytes, %d blobs; want %d, 3", b, n, imageSize(t, img))
 	}
 	fetchAll(t, p2, src, want)
 	if n := reg.layerGets(t, img); n != 0 {
@@ -245,8 +245,8 @@ func TestEvictionSparesPinned(t *testing.T) {
 	lb := fetch("b")
 	present(a, true) // both pinned: the quota is exceeded, nothing evicted
 	present(b, true)
-	if used, _ := p.CacheUsage(); used != imageSize(t, a)+imageSize(t, b) {
-		t.Errorf("CacheUsage() = %d, want %d", used, imageSize(t, a)+imageSize(t, b))
+	if used, _ := cacheUsage(p); used != imageSize(t, a)+imageSize(t, b) {
+		t.Errorf("cache usage = %d, want %d", used, imageSize(t, a)+imageSize(t, b))
 	}
 	lb.Close() // b unpinned, a still pinned: b goes
 	present(a, true)
@@ -257,8 +257,8 @@ func TestEvictionSparesPinned(t *testing.T) {
 	defer lb.Close()
 	present(a, false)
 	present(b, true)
-	if used, _ := p.CacheUsage(); used > imageSize(t, a) && used != imageSize(t, b) {
-		t.Errorf("CacheUsage() = %d, want %d", used, imageSize(t, b))
+	if used, _ := cacheUsage(p); used > imageSize(t, a) && used != imageSize(t, b) {
+		t.Errorf("cache usage = %d, want %d", used, imageSize(t, b))
 	}
 }
 
@@ -350,8 +350,8 @@ func TestCorruptCachedBlobRefetched(t *testing.T) {
 					t.Errorf("layer %d fetched %d times after corrupting layer 1, want %d", i, n, wantGets)
 				}
 			}
-			if used, n := p2.CacheUsage(); n != 3 || used != imageSize(t, img) {
-				t.Errorf("CacheUsage() = %d bytes, %d blobs; want %d, 3", used, n, imageSize(t, img))
+			if used, n := cacheUsage(p2); n != 3 || used != imageSize(t, img) {
+				t.Errorf("cache usage = %d bytes, %d blobs; want %d, 3", used, n, imageSize(t, img))
 			}
 		})
 	}
@@ -389,8 +389,8 @@ func TestDigestMismatch(t *testing.T) {
 	if len(blobs) != 0 || len(temps) != 0 {
 		t.Errorf("cache holds blobs %v and temp files %v after a failed download", blobs, temps)
 	}
-	if used, n := p.CacheUsage(); used != 0 || n != 0 {
-		t.Errorf("CacheUsage() = %d, %d; want 0, 0", used, n)
+	if used, n := cacheUsage(p); used != 0 || n != 0 {
+		t.Errorf("cache usage = %d, %d; want 0, 0", used, n)
 	}
 }
 

@@ -308,3 +308,9 @@ func exists(t testing.TB, p string) bool {
 	}
 	return err == nil
 }
+
+// cacheUsage returns the bytes and the number of blobs in p's cache.
+func cacheUsage(p *Puller) (int64, int) {
+	st := p.CacheStats()
+	return st.Bytes, st.Blobs
+}

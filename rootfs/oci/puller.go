@@ -277,11 +277,6 @@ func (p *Puller) Close() error {
 	return nil
 }
 
-// CacheUsage returns the bytes and the number of blobs in the cache.
-func (p *Puller) CacheUsage() (bytes int64, blobs int) {
-	return p.cache.usage()
-}
-
 // CacheStats describes the layer cache.
 type CacheStats struct {
 	// Bytes is the size of the cached files; Blobs the number of layers.
