@@ -15,7 +15,7 @@ BIN     := bin/templatecenter
 TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time
 TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo
 
-.PHONY: all build demo test test-unit vet fmt-check deps clean
+.PHONY: all build demo test test-unit vet fmt-check tidy-check deps clean
 
 all: build
 
@@ -31,7 +31,7 @@ demo: build
 	$(GO) run ./cmd/tcdemo -templatecenter $(BIN) -out .demo
 
 ## test: everything CI runs (installs missing Debian test packages when root).
-test: deps fmt-check vet
+test: deps fmt-check tidy-check vet
 	$(GO) test -count=1 -timeout 30m ./...
 
 test-unit:
@@ -39,6 +39,10 @@ test-unit:
 
 vet:
 	$(GO) vet ./...
+
+## tidy-check: fail when go.mod or go.sum differ from what `go mod tidy` writes.
+tidy-check:
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
