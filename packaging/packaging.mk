@@ -21,7 +21,9 @@ GO                ?= go
 VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 DIST              ?= dist
 NFPM              ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
-# A placeholder (.invalid) until the project names its packaging contact.
+# The package's Maintainer field. Distributors set their own contact
+# (make deb PKG_MAINTAINER='Name <mail>'); the default is a documented
+# placeholder in the reserved .invalid domain, never a real address.
 PKG_MAINTAINER    ?= CubeTemplateCenter maintainers <maintainers@cubetemplatecenter.invalid>
 PKG_HOMEPAGE      ?= https://github.com/cubesandbox/cubetemplatecenter
 # Security exposure score (systemd-analyze security) the service must not exceed.

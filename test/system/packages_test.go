@@ -138,6 +138,10 @@ func TestDebPackage(t *testing.T) {
 	if out := run(t, filepath.Join(root, "usr/bin/templatecenter"), "--help"); !strings.Contains(out, "Usage: templatecenter") {
 		t.Errorf("templatecenter --help: %q", out)
 	}
+	copyright, _ := os.ReadFile(filepath.Join(root, "usr/share/doc/cube-templatecenter/copyright"))
+	if !strings.Contains(string(copyright), "\nLicense: Apache-2.0\n") {
+		t.Errorf("copyright file names no Apache-2.0 license:\n%s", copyright)
+	}
 }
 
 // TestDebLintian fails on any lintian error; warnings are logged.
@@ -171,6 +175,12 @@ func TestRPMPackage(t *testing.T) {
 	}
 	if got := rpmq("-qp", "--qf", "%{NAME} %{VERSION}-%{RELEASE}", old.RPM); got != pkgName+" "+old.Version+"-1" {
 		t.Errorf("name and version: %q", got)
+	}
+	if got := rpmq("-qp", "--qf", "%{LICENSE}", old.RPM); got != "Apache-2.0" {
+		t.Errorf("rpm License: %q, want Apache-2.0", got)
+	}
+	if got := rpmq("-qpL", old.RPM); !strings.Contains(got, "/usr/share/licenses/"+pkgName+"/LICENSE") {
+		t.Errorf("rpm -qpL: %q, want the LICENSE file", got)
 	}
 	if out := rpmq("-K", "--nosignature", old.RPM); !strings.Contains(out, "digests OK") {
 		t.Errorf("rpm -K: %q", out)
