@@ -32,7 +32,8 @@ type Step struct {
 	CPU     time.Duration `json:"cpu_ns"`
 }
 
-// Upstream's sizing constants (upstream-templatecenter.md 2.8, Phase 1).
+// Upstream's sizing constants for its first-pass image size: the content
+// plus a fixed 256 MiB, plus 10 %, plus 1 KiB per file, at least 1 GiB.
 const (
 	upstreamFixedOverhead = 256 << 20
 	upstreamOverheadPct   = 10
@@ -74,9 +75,8 @@ type upstreamResult struct {
 	SHA256 string
 }
 
-// runUpstream runs upstream's pipeline step by step as section 2.2, 2.4,
-// 2.5, 2.6 and 2.8 (Phase 1) of upstream-templatecenter.md describe for
-// dockerless mode: skopeo inspect (digest, then config), skopeo copy to an
+// runUpstream runs upstream's default "dockerless" build pipeline step by
+// step, as upstream's TemplateCenter runs it for one template: skopeo inspect (digest, then config), skopeo copy to an
 // OCI layout, umoci unpack, envd and CA hooks, size estimate, truncate,
 // mkfs.ext4 -d, e2fsck -fy, resize2fs -M, truncate to a 2 MiB multiple,
 // e2fsck -fn, rename, sha256 (in process with a 4 MiB buffer, as upstream
@@ -276,7 +276,7 @@ func upstreamEnvd(rootfs string, envd []byte) error {
 	return os.Chmod(p, 0o755)
 }
 
-// upstreamBakeCA is upstream's CA hook (section 2.6): append to the
+// upstreamBakeCA is upstream's egress-CA hook: append to the
 // bundles that exist, drop the anchor into the anchor directories that
 // exist, seed etc/ssl/certs/ca-certificates.crt when nothing was written.
 // Like upstream, it works on host paths of the staged tree.
