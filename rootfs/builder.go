@@ -16,6 +16,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inject"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 )
 
@@ -217,12 +218,12 @@ func applyLayer(ctx context.Context, tree *flatten.Tree, layers *oci.Layers, i i
 		return fmt.Errorf("fetch layers: %w", err)
 	}
 	defer blob.Close()
-	tarStream, err := flatten.Decompress(blob)
+	tarStream, err := layercodec.Decompress(blob)
 	if err != nil {
 		return fmt.Errorf("layer %d: %w", i, err)
 	}
 	defer tarStream.Close()
-	ahead := flatten.ReadAhead(fsutil.ContextReader(ctx, tarStream))
+	ahead := layercodec.ReadAhead(fsutil.ContextReader(ctx, tarStream))
 	defer ahead.Close()
 	// ApplyLayer's errors already name the layer and entry.
 	return tree.ApplyLayer(ctx, i, ahead)

@@ -12,6 +12,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 // benchLayer is about 200 MB of files sized like a distribution's: many
@@ -88,14 +89,14 @@ func BenchmarkApplyLayer(b *testing.B) {
 }
 
 func applyBlob(b *testing.B, tree *flatten.Tree, blob []byte, ahead bool) {
-	rc, err := flatten.Decompress(bytes.NewReader(blob))
+	rc, err := layercodec.Decompress(bytes.NewReader(blob))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rc.Close()
 	var r io.Reader = rc
 	if ahead {
-		ra := flatten.ReadAhead(rc)
+		ra := layercodec.ReadAhead(rc)
 		defer ra.Close()
 		r = ra
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 // encodings rotate over the corpus so every rule is also exercised through
@@ -20,7 +21,7 @@ import (
 var encodings = []fstest.Compression{fstest.Gzip, fstest.Zstd, fstest.Uncompressed}
 
 // flattenLayers applies layers in order, each encoded with enc and
-// decoded by flatten.Decompress.
+// decoded by layercodec.Decompress.
 func flattenLayers(t testing.TB, tree *flatten.Tree, layers []fstest.Layer, enc fstest.Compression) {
 	t.Helper()
 	for i, l := range layers {
@@ -39,7 +40,7 @@ func applyLayer(tree *flatten.Tree, i int, l fstest.Layer, enc fstest.Compressio
 	if err != nil {
 		return err
 	}
-	rc, err := flatten.Decompress(bytes.NewReader(blob))
+	rc, err := layercodec.Decompress(bytes.NewReader(blob))
 	if err != nil {
 		return err
 	}

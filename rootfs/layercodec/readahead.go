@@ -1,4 +1,4 @@
-package flatten
+package layercodec
 
 import (
 	"errors"
@@ -14,10 +14,10 @@ const (
 )
 
 // ReadAhead reads r in its own goroutine, a few MiB ahead of the consumer,
-// so decompression (put r = Decompress(...)) runs on one core while
-// ApplyLayer writes file data on another. Close stops the goroutine and
-// waits for it: a Read of r in progress must return (bind r to a context).
-// Close does not close r.
+// so decompression (put r = Decompress(...)) runs on one core while the
+// consumer (flatten's ApplyLayer) writes file data on another. Close stops
+// the goroutine and waits for it: a Read of r in progress must return (bind
+// r to a context). Close does not close r.
 func ReadAhead(r io.Reader) io.ReadCloser {
 	ra := &readAhead{
 		full: make(chan chunk, readAheadDepth),

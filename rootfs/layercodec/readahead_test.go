@@ -1,4 +1,4 @@
-package flatten_test
+package layercodec_test
 
 import (
 	"bytes"
@@ -7,8 +7,8 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 func TestReadAhead(t *testing.T) {
@@ -26,7 +26,7 @@ func TestReadAhead(t *testing.T) {
 			if name == "OneByte" {
 				want = data[:100000]
 			}
-			ra := flatten.ReadAhead(src)
+			ra := layercodec.ReadAhead(src)
 			if err := iotest.TestReader(ra, want); err != nil {
 				t.Error(err)
 			}
@@ -38,7 +38,7 @@ func TestReadAhead(t *testing.T) {
 
 	t.Run("Error", func(t *testing.T) {
 		boom := errors.New("boom")
-		ra := flatten.ReadAhead(io.MultiReader(bytes.NewReader(data[:3<<20]), iotest.ErrReader(boom)))
+		ra := layercodec.ReadAhead(io.MultiReader(bytes.NewReader(data[:3<<20]), iotest.ErrReader(boom)))
 		defer ra.Close()
 		got, err := io.ReadAll(ra)
 		if !errors.Is(err, boom) || !bytes.Equal(got, data[:3<<20]) {
@@ -48,7 +48,7 @@ func TestReadAhead(t *testing.T) {
 
 	t.Run("CloseEarly", func(t *testing.T) {
 		src := &countingReader{r: bytes.NewReader(data)}
-		ra := flatten.ReadAhead(src)
+		ra := layercodec.ReadAhead(src)
 		if _, err := io.ReadFull(ra, make([]byte, 1000)); err != nil {
 			t.Fatal(err)
 		}
@@ -64,4 +64,16 @@ func TestReadAhead(t *testing.T) {
 			t.Error("Read after Close succeeded")
 		}
 	})
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -1,12 +1,12 @@
-package flatten_test
+package layercodec_test
 
 import (
 	"bytes"
 	"io"
 	"testing"
 
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 func TestDecompress(t *testing.T) {
@@ -43,7 +43,7 @@ func TestDecompress(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rc, err := flatten.Decompress(bytes.NewReader(blob))
+			rc, err := layercodec.Decompress(bytes.NewReader(blob))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestDecompress(t *testing.T) {
 	}
 	for name, blob := range bad {
 		t.Run(name, func(t *testing.T) {
-			rc, err := flatten.Decompress(bytes.NewReader(blob))
+			rc, err := layercodec.Decompress(bytes.NewReader(blob))
 			if err == nil {
 				_, err = io.Copy(io.Discard, rc)
 				rc.Close()
