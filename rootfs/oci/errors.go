@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -27,15 +29,17 @@ var (
 	// ErrNoPlatform marks an index without an image for the wanted platform.
 	ErrNoPlatform = errors.New("no matching platform")
 	// ErrDigestMismatch marks content whose sha256 or size differs from its
-	// descriptor.
-	ErrDigestMismatch = errors.New("digest mismatch")
+	// descriptor; the layer cache's blobcache.ErrDigestMismatch is the same
+	// value.
+	ErrDigestMismatch = blobcache.ErrDigestMismatch
 	// ErrUnsupported marks content that is not a Linux container image this
 	// package can use (schema 1 manifests, artifacts, unknown layer types).
 	ErrUnsupported = errors.New("unsupported image")
 	// ErrLocalDisabled marks an offline reference outside Options.LocalRoots.
 	ErrLocalDisabled = errors.New("offline source not allowed")
-	// ErrCacheLocked marks a cache directory held by another Puller.
-	ErrCacheLocked = errors.New("cache directory in use")
+	// ErrCacheLocked marks a cache directory held by another Puller (it is
+	// blobcache.ErrLocked).
+	ErrCacheLocked = blobcache.ErrLocked
 )
 
 // kindError carries a readable message (which already contains the cause's

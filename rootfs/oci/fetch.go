@@ -10,6 +10,8 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 )
 
 // progressInterval is the minimum time between two progress callbacks.
@@ -52,11 +54,29 @@ type blobOpener struct {
 	open  func(ctx context.Context) (io.ReadCloser, error)
 }
 
+// blobStore is what fetching needs of the layer cache: pin a blob, filling
+// it through a download when it is missing or corrupt (Acquire with Put),
+// read a pinned blob, and release the pins. *blobcache.Cache implements it.
+type blobStore interface {
+	// Acquire pins blob hex of size bytes, calling download (which writes it
+	// with Put) unless a verified copy is present; concurrent Acquires of a
+	// blob share one download. source keys where download reads from.
+	Acquire(ctx context.Context, hex string, size int64, source string, download func(context.Context) error) (fromCache bool, err error)
+	// Put streams r into the store as blob hex, checking size and digest.
+	Put(ctx context.Context, hex string, size int64, r io.Reader, progress func(written int64)) error
+	// Open reads pinned blob hex.
+	Open(hex string) (io.ReadCloser, error)
+	// Release drops one pin on each blob.
+	Release(hexes []string)
+}
+
+var _ blobStore = (*blobcache.Cache)(nil)
+
 // Layers holds cache pins on the layer blobs of one image, in manifest order.
 // Close it when done; pinned blobs are never evicted. Layers returned by
 // Start may still be downloading: Open waits for the layer it opens.
 type Layers struct {
-	cache  *blobCache
+	store  blobStore
 	layers []Layer
 	// ready has a channel per distinct blob, closed when its download ended
 	// (ok tells whether it succeeded); done closes when every download ended.
@@ -98,7 +118,7 @@ func (l *Layers) Open(i int) (io.ReadCloser, error) {
 		}
 		return nil, fmt.Errorf("open layer %d: not fetched", i)
 	}
-	f, err := l.cache.open(hex)
+	f, err := l.store.Open(hex)
 	if err != nil {
 		return nil, fmt.Errorf("open layer %d: %w", i, err)
 	}
@@ -124,7 +144,7 @@ func (l *Layers) Close() error {
 		return nil
 	}
 	l.closed = true
-	l.cache.unpin(l.pinned)
+	l.store.Release(l.pinned)
 	return nil
 }
 
@@ -171,7 +191,7 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 
 	tr := newTracker(img)
 	ctx, cancel := context.WithCancel(ctx)
-	l := &Layers{cache: p.cache, layers: img.Layers, ready: make(map[string]chan struct{}, len(jobs)),
+	l := &Layers{store: p.cache, layers: img.Layers, ready: make(map[string]chan struct{}, len(jobs)),
 		done: make(chan struct{}), cancel: cancel, ok: make(map[string]bool, len(jobs))}
 	for _, j := range jobs {
 		l.ready[j.layer.Digest.Hex] = make(chan struct{})
@@ -190,8 +210,8 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 					continue
 				}
 				lt := tr.layer(j.layer.Size, j.uses)
-				_, err := p.cache.acquire(ctx, hex, j.layer.Size, img.src.key(),
-					func(ctx context.Context) error { return p.download(ctx, img.src, j.layer, lt) })
+				_, err := l.store.Acquire(ctx, hex, j.layer.Size, img.src.key(),
+					func(ctx context.Context) error { return download(ctx, l.store, img.src, j.layer, lt) })
 				l.mu.Lock()
 				if err != nil {
 					if firstErr == nil || (isCtxErr(firstErr) && !isCtxErr(err)) {
@@ -258,12 +278,12 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 // download writes one blob into the cache, trying each place the source
 // offers (transient failures a few times each) until one yields the right
 // bytes.
-func (p *Puller) download(ctx context.Context, src blobSource, l Layer, lt *layerTracker) error {
+func download(ctx context.Context, store blobStore, src blobSource, l Layer, lt *layerTracker) error {
 	var errs []error
 	for _, o := range src.openers(l.Digest) {
 		what := fmt.Sprintf("fetch layer %s from %s", l.Digest, o.where)
 		for attempt := 1; ; attempt++ {
-			err := p.downloadFrom(ctx, o, l, lt)
+			err := downloadFrom(ctx, store, o, l, lt)
 			if err == nil {
 				return nil
 			}
@@ -286,13 +306,13 @@ func (p *Puller) download(ctx context.Context, src blobSource, l Layer, lt *laye
 	return errors.Join(errs...)
 }
 
-func (p *Puller) downloadFrom(ctx context.Context, o blobOpener, l Layer, lt *layerTracker) error {
+func downloadFrom(ctx context.Context, store blobStore, o blobOpener, l Layer, lt *layerTracker) error {
 	rc, err := o.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	return p.cache.write(ctx, l.Digest.Hex, l.Size, rc, lt.wrote)
+	return store.Put(ctx, l.Digest.Hex, l.Size, rc, lt.wrote)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

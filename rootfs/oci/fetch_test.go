@@ -154,10 +154,8 @@ func TestConcurrentFetchesShareDownloads(t *testing.T) {
 }
 
 func allWaiting(p *Puller, ds []v1.Hash) bool {
-	p.cache.mu.Lock()
-	defer p.cache.mu.Unlock()
 	for _, d := range ds {
-		if f := p.cache.flights[d.Hex]; f == nil || f.waiters == 0 {
+		if p.cache.Waiters(d.Hex) == 0 {
 			return false
 		}
 	}
@@ -415,12 +413,8 @@ func TestMissingBlob(t *testing.T) {
 		t.Errorf("error %q does not contain %q", err, want)
 	}
 	// The layer that did download stays cached but unpinned.
-	p.cache.mu.Lock()
-	defer p.cache.mu.Unlock()
-	for h, e := range p.cache.entries {
-		if e.pins != 0 {
-			t.Errorf("blob %s still pinned %d times after a failed Fetch", h, e.pins)
-		}
+	if st := p.cache.Stats(); st.Pinned != 0 {
+		t.Errorf("%d blobs still pinned after a failed Fetch", st.Pinned)
 	}
 }
 

@@ -279,6 +279,9 @@ func checkLayers(t testing.TB, ls *Layers, img *Image, want [][]byte) {
 	}
 }
 
+// tmpPrefix starts the names of the layer cache's partial blobs.
+const tmpPrefix = ".tmp-"
+
 // cacheFiles lists blob and temp file names in a cache dir.
 func cacheFiles(t testing.TB, cacheDir string) (blobs, temps []string) {
 	t.Helper()

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
 )
 
@@ -206,7 +207,7 @@ func sniffMediaType(raw []byte) types.MediaType {
 
 // readLayoutBlob reads a small blob of the layout and checks its digest.
 func readLayoutBlob(ctx context.Context, lp layout.Path, h v1.Hash) ([]byte, error) {
-	if h.Algorithm != "sha256" || !isHex64(h.Hex) {
+	if h.Algorithm != "sha256" || !blobcache.IsHex64(h.Hex) {
 		return nil, fmt.Errorf("%w: digest %q is not sha256", ErrUnsupported, h)
 	}
 	rc, err := lp.Blob(h)

@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -23,6 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 )
 
 // Defaults and limits of Options.
@@ -140,8 +140,7 @@ type Puller struct {
 	base       http.RoundTripper
 	localRoots []string
 
-	cache *blobCache
-	lock  *os.File
+	cache *blobcache.Cache
 }
 
 // mirror is one parsed Options.Mirrors entry.
@@ -150,7 +149,8 @@ type mirror struct {
 	insecure bool
 }
 
-// New checks opts, creates the cache directory, locks it against other
+// New checks opts and opens the layer cache in opts.CacheDir (see
+// rootfs/blobcache): it creates the directory, locks it against other
 // Pullers and removes temp files a crash left behind.
 func New(opts Options) (*Puller, error) {
 	if opts.CacheDir == "" {
@@ -219,59 +219,19 @@ func New(opts Options) (*Puller, error) {
 	if quota == 0 {
 		quota = DefaultCacheQuotaBytes
 	}
-	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
-		return nil, fmt.Errorf("new puller: create cache dir: %w", err)
-	}
-	lock, err := lockDir(opts.CacheDir)
+	c, err := blobcache.Open(blobcache.Options{Dir: opts.CacheDir, QuotaBytes: quota,
+		TranscodeZstd: opts.TranscodeZstd, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
-	c, err := openBlobCache(filepath.Join(opts.CacheDir, "blobs"), quota)
-	if err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("new puller: %w", err)
-	}
-	if opts.TranscodeZstd {
-		logger := opts.Logger
-		if logger == nil {
-			logger = slog.New(slog.DiscardHandler)
-		}
-		c.tc = newTranscoder(c, logger)
-	}
-	p.cache, p.lock = c, lock
+	p.cache = c
 	return p, nil
 }
 
-// lockDir takes a non-blocking exclusive flock on <dir>/lock so two Pullers
-// (in this or another process) never manage one cache: the in-memory pins and
-// single-flight state would not see each other.
-func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open cache lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is locked by another Puller", ErrCacheLocked, dir)
-		}
-		return nil, fmt.Errorf("lock cache dir: %w", err)
-	}
-	return f, nil
-}
-
-// Close stops the transcoder and releases the cache lock. Layers still open
-// stay readable, but the Puller must not be used afterwards.
+// Close stops the cache's transcoder and releases the cache lock. Layers
+// still open stay readable, but the Puller must not be used afterwards.
 func (p *Puller) Close() error {
-	if p.lock == nil {
-		return nil
-	}
-	if p.cache.tc != nil {
-		p.cache.tc.stop()
-	}
-	err := p.lock.Close()
-	p.lock = nil
-	if err != nil {
+	if err := p.cache.Close(); err != nil {
 		return fmt.Errorf("close puller: %w", err)
 	}
 	return nil
@@ -293,20 +253,15 @@ type CacheStats struct {
 
 // CacheStats returns the state of the layer cache and its transcoder.
 func (p *Puller) CacheStats() CacheStats {
-	st := p.cache.stats()
-	if p.cache.tc != nil {
-		st.TranscodePending, st.Transcoded, st.TranscodeFailures = p.cache.tc.counts()
-	}
-	return st
+	st := p.cache.Stats()
+	return CacheStats{Bytes: st.Bytes, Blobs: st.Blobs, ZstdBlobs: st.ZstdBlobs,
+		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures}
 }
 
 // WaitTranscodes returns once no layer is queued for or being transcoded,
 // or when ctx ends.
 func (p *Puller) WaitTranscodes(ctx context.Context) error {
-	if p.cache.tc == nil {
-		return nil
-	}
-	return p.cache.tc.waitIdle(ctx)
+	return p.cache.WaitIdle(ctx)
 }
 
 func parseMirror(m string) (mirror, error) {
@@ -403,7 +358,7 @@ func describe(sourceName string, rawManifest, rawConfig []byte) (*Image, error) 
 		if !l.MediaType.IsLayer() {
 			return nil, fmt.Errorf("%w: layer %d has media type %q", ErrUnsupported, i, l.MediaType)
 		}
-		if l.Digest.Algorithm != "sha256" || !isHex64(l.Digest.Hex) {
+		if l.Digest.Algorithm != "sha256" || !blobcache.IsHex64(l.Digest.Hex) {
 			return nil, fmt.Errorf("%w: layer %d digest %q is not sha256", ErrUnsupported, i, l.Digest)
 		}
 		if l.Size < 0 {

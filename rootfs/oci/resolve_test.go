@@ -397,8 +397,8 @@ func TestNewOptions(t *testing.T) {
 	if p.jobs != MaxJobs {
 		t.Errorf("Jobs 100 became %d, want %d", p.jobs, MaxJobs)
 	}
-	if p := newTestPuller(t, Options{}); p.jobs != DefaultJobs || p.cache.quota != DefaultCacheQuotaBytes {
-		t.Errorf("defaults: jobs %d, quota %d; want %d, %d", p.jobs, p.cache.quota, DefaultJobs, DefaultCacheQuotaBytes)
+	if p := newTestPuller(t, Options{}); p.jobs != DefaultJobs || p.cache.Quota() != DefaultCacheQuotaBytes {
+		t.Errorf("defaults: jobs %d, quota %d; want %d, %d", p.jobs, p.cache.Quota(), DefaultJobs, DefaultCacheQuotaBytes)
 	}
 }
 

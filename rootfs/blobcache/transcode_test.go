@@ -1,4 +1,4 @@
-package oci
+package blobcache
 
 import (
 	"archive/tar"
@@ -15,11 +15,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
@@ -63,28 +58,9 @@ func filesBytes(t testing.TB, dir string) int64 {
 	return n
 }
 
-// readBlobs reads every layer's blob as Open returns it.
-func readBlobs(t testing.TB, ls *Layers) [][]byte {
-	t.Helper()
-	var out [][]byte
-	for i := range ls.Len() {
-		rc, err := ls.Open(i)
-		if err != nil {
-			t.Fatalf("Open(%d): %v", i, err)
-		}
-		blob, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatalf("read layer %d: %v", i, err)
-		}
-		out = append(out, blob)
-	}
-	return out
-}
-
 // openAll checks that every layer is in zstd form when wantZstd says so (as
 // served otherwise) and returns the uncompressed streams.
-func openAll(t testing.TB, ls *Layers, wantZstd bool) [][]byte {
+func openAll(t testing.TB, ls *pins, wantZstd bool) [][]byte {
 	t.Helper()
 	var out [][]byte
 	for i, blob := range readBlobs(t, ls) {
@@ -124,49 +100,30 @@ func inflate(t testing.TB, blob []byte) []byte {
 	return raw
 }
 
-// servedImage pushes a random image of n layers of about size bytes to a
-// fresh registry and returns its reference.
-func servedImage(t testing.TB, n int, size int64) (*testRegistry, v1.Image, string) {
-	t.Helper()
-	reg := newTestRegistry(t, nil)
-	img := testImage(t, n, size)
-	push(t, reg.host+"/app:v1", img)
-	return reg, img, reg.host + "/app:v1"
-}
-
-func fetchImage(t testing.TB, p *Puller, ref string) *Layers {
-	t.Helper()
-	ls, err := p.Fetch(context.Background(), mustResolve(t, p, ref), nil)
-	if err != nil {
-		t.Fatalf("Fetch: %v", err)
-	}
-	return ls
-}
-
-func waitTranscodes(t testing.TB, p *Puller) {
+func waitTranscodes(t testing.TB, c *Cache) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := p.WaitTranscodes(ctx); err != nil {
+	if err := c.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestTranscodeReplacesGzipWithZstd(t *testing.T) {
-	reg, img, ref := servedImage(t, 3, 256<<10)
-	want := uncompressedLayers(t, img)
+	reg, img := servedImage(t, 3, 256<<10)
+	want := img.uncompressed()
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
 
-	ls := fetchImage(t, p, ref)
-	if st := p.CacheStats(); st.ZstdBlobs != 0 || st.Transcoded != 0 {
+	ls := fetchImage(t, c, reg, img)
+	if st := c.Stats(); st.ZstdBlobs != 0 || st.Transcoded != 0 {
 		t.Errorf("transcoded while the layers are pinned: %+v", st)
 	}
 	ls.Close()
-	waitTranscodes(t, p)
-	st := p.CacheStats()
+	waitTranscodes(t, c)
+	st := c.Stats()
 	if st.Blobs != 3 || st.ZstdBlobs != 3 || st.Transcoded != 3 || st.TranscodeFailures != 0 || st.TranscodePending != 0 {
-		t.Errorf("CacheStats() = %+v, want 3 blobs, all zstd", st)
+		t.Errorf("Stats() = %+v, want 3 blobs, all zstd", st)
 	}
 	if served, _ := cacheFiles(t, dir); len(served) != 0 {
 		t.Errorf("served blobs left beside their zstd forms: %v", served)
@@ -179,7 +136,7 @@ func TestTranscodeReplacesGzipWithZstd(t *testing.T) {
 	}
 
 	reg.reset()
-	ls = fetchImage(t, p, ref)
+	ls = fetchImage(t, c, reg, img)
 	got := openAll(t, ls, true)
 	ls.Close()
 	for i := range want {
@@ -187,20 +144,20 @@ func TestTranscodeReplacesGzipWithZstd(t *testing.T) {
 			t.Fatalf("layer %d: zstd form inflates to %d bytes differing from the layer's %d", i, len(got[i]), len(want[i]))
 		}
 	}
-	if n := reg.layerGets(t, img); n != 0 {
+	if n := reg.layerGets(img); n != 0 {
 		t.Errorf("%d layer GETs with the zstd forms cached, want 0", n)
 	}
-	if st := p.CacheStats(); st.Transcoded != 3 {
+	if st := c.Stats(); st.Transcoded != 3 {
 		t.Errorf("zstd forms transcoded again: %+v", st)
 	}
 
 	// After a restart the zstd forms are verified against their names and used.
-	p.Close()
-	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	if st := p2.CacheStats(); st.Blobs != 3 || st.ZstdBlobs != 3 || st.Bytes != filesBytes(t, dir) {
-		t.Errorf("after restart CacheStats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	c.Close()
+	c2 := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	if st := c2.Stats(); st.Blobs != 3 || st.ZstdBlobs != 3 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("after restart Stats() = %+v, files take %d bytes", st, filesBytes(t, dir))
 	}
-	ls = fetchImage(t, p2, ref)
+	ls = fetchImage(t, c2, reg, img)
 	got = openAll(t, ls, true)
 	ls.Close()
 	for i := range want {
@@ -208,18 +165,18 @@ func TestTranscodeReplacesGzipWithZstd(t *testing.T) {
 			t.Fatalf("after restart, layer %d differs", i)
 		}
 	}
-	if n := reg.layerGets(t, img); n != 0 {
+	if n := reg.layerGets(img); n != 0 {
 		t.Errorf("%d layer GETs after restart, want 0", n)
 	}
 }
 
 func TestTranscodeTornZstdFormIsRefetched(t *testing.T) {
-	reg, img, ref := servedImage(t, 2, 128<<10)
+	reg, img := servedImage(t, 2, 128<<10)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	fetchImage(t, p, ref).Close()
-	waitTranscodes(t, p)
-	p.Close()
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	fetchImage(t, c, reg, img).Close()
+	waitTranscodes(t, c)
+	c.Close()
 
 	forms, _ := zstdFiles(t, dir)
 	if len(forms) != 2 {
@@ -230,72 +187,66 @@ func TestTranscodeTornZstdFormIsRefetched(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.reset()
-	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	ls := fetchImage(t, p2, ref)
-	if n := reg.layerGets(t, img); n != 1 {
+	c2 := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	ls := fetchImage(t, c2, reg, img)
+	if n := reg.layerGets(img); n != 1 {
 		t.Errorf("%d layer GETs, want 1 (the torn layer only)", n)
 	}
 	if exists(t, torn) {
 		t.Errorf("torn zstd form %s kept", torn)
 	}
 	// The torn layer comes as served now, the other as zstd.
-	want := uncompressedLayers(t, img)
+	want := img.uncompressed()
 	for i, blob := range readBlobs(t, ls) {
 		if !bytes.Equal(inflate(t, blob), want[i]) {
 			t.Fatalf("layer %d differs from the pushed one", i)
 		}
 	}
 	ls.Close()
-	waitTranscodes(t, p2)
-	if st := p2.CacheStats(); st.ZstdBlobs != 2 || st.Bytes != filesBytes(t, dir) {
-		t.Errorf("CacheStats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	waitTranscodes(t, c2)
+	if st := c2.Stats(); st.ZstdBlobs != 2 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("Stats() = %+v, files take %d bytes", st, filesBytes(t, dir))
 	}
 }
 
 func TestTranscodeWhilePinnedKeepsServedFormUntilUnpinned(t *testing.T) {
-	_, img, ref := servedImage(t, 1, 128<<10)
+	reg, img := servedImage(t, 1, 128<<10)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
 
-	held := fetchImage(t, p, ref)
-	other := fetchImage(t, p, ref)
+	held := fetchImage(t, c, reg, img)
+	other := fetchImage(t, c, reg, img)
 	other.Close() // queues the blob while held still pins it
-	waitTranscodes(t, p)
-	served := blobPath(dir, layerDigests(t, img)[0])
+	waitTranscodes(t, c)
+	served := blobPath(dir, img.digests()[0])
 	if !exists(t, served) {
 		t.Fatal("served form removed while a Layers holds it")
 	}
-	if st := p.CacheStats(); st.ZstdBlobs != 1 || st.Bytes != filesBytes(t, dir) {
-		t.Errorf("CacheStats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	if st := c.Stats(); st.ZstdBlobs != 1 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("Stats() = %+v, files take %d bytes", st, filesBytes(t, dir))
 	}
 	openAll(t, held, true) // new opens get the zstd form
 	held.Close()
 	if exists(t, served) {
 		t.Error("served form kept after the last unpin")
 	}
-	if st := p.CacheStats(); st.Bytes != filesBytes(t, dir) {
-		t.Errorf("CacheStats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	if st := c.Stats(); st.Bytes != filesBytes(t, dir) {
+		t.Errorf("Stats() = %+v, files take %d bytes", st, filesBytes(t, dir))
 	}
 }
 
 func TestTranscodeLeavesOtherBlobsAlone(t *testing.T) {
-	reg := newTestRegistry(t, nil)
 	plainTar := tarOf(t, map[string]string{"etc/plain": "uncompressed layer"})
 	notReallyGzip := append([]byte{0x1f, 0x8b}, bytes.Repeat([]byte("not deflate "), 100)...)
-	img, err := mutate.AppendLayers(empty.Image,
-		static.NewLayer(plainTar, types.DockerUncompressedLayer),
-		static.NewLayer(notReallyGzip, types.DockerLayer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	push(t, reg.host+"/odd:v1", img)
+	img := staticImage(plainTar, notReallyGzip)
+	reg := newOrigin(img)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	fetchImage(t, p, reg.host+"/odd:v1").Close()
-	waitTranscodes(t, p)
-	st := p.CacheStats()
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	fetchImage(t, c, reg, img).Close()
+	waitTranscodes(t, c)
+	st := c.Stats()
 	if st.ZstdBlobs != 0 || st.Transcoded != 0 || st.TranscodeFailures != 1 {
-		t.Errorf("CacheStats() = %+v, want no zstd form and one failure (the broken gzip)", st)
+		t.Errorf("Stats() = %+v, want no zstd form and one failure (the broken gzip)", st)
 	}
 	if served, temps := cacheFiles(t, dir); len(served) != 2 || len(temps) != 0 {
 		t.Errorf("served blobs %v, temps %v; want both kept", served, temps)
@@ -303,35 +254,26 @@ func TestTranscodeLeavesOtherBlobsAlone(t *testing.T) {
 	if _, temps := zstdFiles(t, dir); len(temps) != 0 {
 		t.Errorf("temp files left: %v", temps)
 	}
-	ls := fetchImage(t, p, reg.host+"/odd:v1")
-	checkLayers(t, ls, mustResolve(t, p, reg.host+"/odd:v1"), [][]byte{plainTar, notReallyGzip})
+	ls := fetchImage(t, c, reg, img)
+	checkBlobs(t, ls, [][]byte{plainTar, notReallyGzip})
 	ls.Close()
-	waitTranscodes(t, p)
-	if st := p.CacheStats(); st.TranscodeFailures != 1 {
+	waitTranscodes(t, c)
+	if st := c.Stats(); st.TranscodeFailures != 1 {
 		t.Errorf("a failed blob was tried again: %+v", st)
 	}
 }
 
-func mustResolve(t testing.TB, p *Puller, ref string) *Image {
-	t.Helper()
-	img, err := p.Resolve(context.Background(), Source{Ref: ref})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
 func TestTranscodeCorruptedServedBlobIsVerifiedAgain(t *testing.T) {
-	reg, img, ref := servedImage(t, 1, 256<<10)
+	reg, img := servedImage(t, 1, 256<<10)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir}) // fetch without transcoding
-	fetchImage(t, p, ref).Close()
-	p.Close()
+	c := newTestCache(t, Options{Dir: dir}) // fetch without transcoding
+	fetchImage(t, c, reg, img).Close()
+	c.Close()
 
 	// The next process verifies the blob, then it rots before the transcode.
-	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	ls := fetchImage(t, p2, ref)
-	served := blobPath(dir, layerDigests(t, img)[0])
+	c2 := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	ls := fetchImage(t, c2, reg, img)
+	served := blobPath(dir, img.digests()[0])
 	b, err := os.ReadFile(served)
 	if err != nil {
 		t.Fatal(err)
@@ -341,26 +283,26 @@ func TestTranscodeCorruptedServedBlobIsVerifiedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls.Close()
-	waitTranscodes(t, p2)
-	if st := p2.CacheStats(); st.ZstdBlobs != 0 || st.TranscodeFailures != 1 {
-		t.Errorf("CacheStats() = %+v, want no zstd form and one failure", st)
+	waitTranscodes(t, c2)
+	if st := c2.Stats(); st.ZstdBlobs != 0 || st.TranscodeFailures != 1 {
+		t.Errorf("Stats() = %+v, want no zstd form and one failure", st)
 	}
 	reg.reset()
-	ls = fetchImage(t, p2, ref)
-	checkLayers(t, ls, mustResolve(t, p2, ref), compressedLayers(t, img))
+	ls = fetchImage(t, c2, reg, img)
+	checkBlobs(t, ls, img.compressed())
 	ls.Close()
-	if n := reg.layerGets(t, img); n != 1 {
+	if n := reg.layerGets(img); n != 1 {
 		t.Errorf("%d layer GETs, want 1: the rotten blob must be verified again and refetched", n)
 	}
 }
 
-func TestTranscodeStopsWithThePuller(t *testing.T) {
-	reg, img, ref := servedImage(t, 1, 48<<20)
+func TestTranscodeStopsWithTheCache(t *testing.T) {
+	reg, img := servedImage(t, 1, 48<<20)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	fetchImage(t, p, ref).Close()
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	fetchImage(t, c, reg, img).Close()
 	// Close cancels the transcode, which may or may not have finished.
-	if err := p.Close(); err != nil {
+	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	forms, temps := zstdFiles(t, dir)
@@ -372,44 +314,42 @@ func TestTranscodeStopsWithThePuller(t *testing.T) {
 		t.Errorf("after Close: zstd %v, served %v; want exactly one form", forms, served)
 	}
 	reg.reset()
-	p2 := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	ls := fetchImage(t, p2, ref)
+	c2 := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	ls := fetchImage(t, c2, reg, img)
 	ls.Close()
-	if n := reg.layerGets(t, img); n != 0 {
+	if n := reg.layerGets(img); n != 0 {
 		t.Errorf("%d layer GETs after a stopped transcode, want 0", n)
 	}
-	waitTranscodes(t, p2)
-	if st := p2.CacheStats(); st.ZstdBlobs != 1 {
-		t.Errorf("CacheStats() = %+v, want the blob transcoded after restart", st)
+	waitTranscodes(t, c2)
+	if st := c2.Stats(); st.ZstdBlobs != 1 {
+		t.Errorf("Stats() = %+v, want the blob transcoded after restart", st)
 	}
 }
 
 func TestTranscodeEvictionCountsZstdForms(t *testing.T) {
-	reg := newTestRegistry(t, nil)
-	a := testImage(t, 2, 256<<10)
-	b := testImage(t, 2, 256<<10)
-	push(t, reg.host+"/a:v1", a)
-	push(t, reg.host+"/b:v1", b)
+	a := randomImage(t, 2, 256<<10)
+	b := randomImage(t, 2, 256<<10)
+	reg := newOrigin(a, b)
 	dir := t.TempDir()
 	// Room for one image in either form (random data does not compress),
 	// not for a layer more.
-	quota := imageSize(t, b) + imageSize(t, b)/10
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true, CacheQuotaBytes: quota})
-	fetchImage(t, p, reg.host+"/a:v1").Close()
-	waitTranscodes(t, p)
-	fetchImage(t, p, reg.host+"/b:v1").Close()
-	waitTranscodes(t, p)
-	st := p.CacheStats()
+	quota := b.size() + b.size()/10
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true, QuotaBytes: quota})
+	fetchImage(t, c, reg, a).Close()
+	waitTranscodes(t, c)
+	fetchImage(t, c, reg, b).Close()
+	waitTranscodes(t, c)
+	st := c.Stats()
 	if st.Bytes > quota || st.Bytes != filesBytes(t, dir) {
-		t.Errorf("CacheStats() = %+v with quota %d; files take %d bytes", st, quota, filesBytes(t, dir))
+		t.Errorf("Stats() = %+v with quota %d; files take %d bytes", st, quota, filesBytes(t, dir))
 	}
 	forms, _ := zstdFiles(t, dir)
 	if len(forms) != 2 {
 		t.Errorf("zstd forms %v, want the newer image's two", forms)
 	}
 	for _, f := range forms {
-		for _, d := range layerDigests(t, a) {
-			if strings.HasPrefix(f, d.Hex) {
+		for _, d := range a.digests() {
+			if strings.HasPrefix(f, d) {
 				t.Errorf("zstd form of the older image's layer %s kept over the quota", d)
 			}
 		}
@@ -417,11 +357,11 @@ func TestTranscodeEvictionCountsZstdForms(t *testing.T) {
 }
 
 func TestZstdNameCarriesItsDigest(t *testing.T) {
-	_, img, ref := servedImage(t, 1, 64<<10)
+	reg, img := servedImage(t, 1, 64<<10)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	fetchImage(t, p, ref).Close()
-	waitTranscodes(t, p)
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	fetchImage(t, c, reg, img).Close()
+	waitTranscodes(t, c)
 	forms, _ := zstdFiles(t, dir)
 	if len(forms) != 1 {
 		t.Fatalf("zstd forms: %v", forms)
@@ -431,7 +371,7 @@ func TestZstdNameCarriesItsDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(b)
-	if want := layerDigests(t, img)[0].Hex + "-" + hex.EncodeToString(sum[:]); forms[0] != want {
+	if want := img.digests()[0] + "-" + hex.EncodeToString(sum[:]); forms[0] != want {
 		t.Errorf("zstd form named %s, want %s", forms[0], want)
 	}
 }
@@ -464,12 +404,12 @@ func tarOf(t testing.TB, files map[string]string) []byte {
 // transcoder while another Layers pins it is verified again only once
 // unpinned, so the pins of the entry are never lost to a replacement.
 func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
-	reg, img, ref := servedImage(t, 1, 256<<10)
+	reg, img := servedImage(t, 1, 256<<10)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	held := fetchImage(t, p, ref)
-	other := fetchImage(t, p, ref)
-	served := blobPath(dir, layerDigests(t, img)[0])
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	held := fetchImage(t, c, reg, img)
+	other := fetchImage(t, c, reg, img)
+	served := blobPath(dir, img.digests()[0])
 	b, err := os.ReadFile(served)
 	if err != nil {
 		t.Fatal(err)
@@ -479,29 +419,29 @@ func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	other.Close()
-	waitTranscodes(t, p)
-	if st := p.CacheStats(); st.TranscodeFailures != 1 || st.ZstdBlobs != 0 {
-		t.Errorf("CacheStats() = %+v, want one failure", st)
+	waitTranscodes(t, c)
+	if st := c.Stats(); st.TranscodeFailures != 1 || st.ZstdBlobs != 0 {
+		t.Errorf("Stats() = %+v, want one failure", st)
 	}
 	// Still pinned by held: nothing is replaced under it, and no second
 	// transcode is attempted.
-	again := fetchImage(t, p, ref)
+	again := fetchImage(t, c, reg, img)
 	again.Close()
-	waitTranscodes(t, p)
-	if st := p.CacheStats(); st.TranscodeFailures != 1 {
+	waitTranscodes(t, c)
+	if st := c.Stats(); st.TranscodeFailures != 1 {
 		t.Errorf("suspect blob transcoded again while pinned: %+v", st)
 	}
 	reg.reset()
 	held.Close()
-	ls := fetchImage(t, p, ref)
-	checkLayers(t, ls, mustResolve(t, p, ref), compressedLayers(t, img))
+	ls := fetchImage(t, c, reg, img)
+	checkBlobs(t, ls, img.compressed())
 	ls.Close()
-	if n := reg.layerGets(t, img); n != 1 {
+	if n := reg.layerGets(img); n != 1 {
 		t.Errorf("%d layer GETs after the last unpin, want 1 (verified again, found corrupt, refetched)", n)
 	}
-	waitTranscodes(t, p)
-	if st := p.CacheStats(); st.ZstdBlobs != 1 || st.Bytes != filesBytes(t, dir) {
-		t.Errorf("CacheStats() = %+v, files take %d bytes; want the refetched blob transcoded", st, filesBytes(t, dir))
+	waitTranscodes(t, c)
+	if st := c.Stats(); st.ZstdBlobs != 1 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("Stats() = %+v, files take %d bytes; want the refetched blob transcoded", st, filesBytes(t, dir))
 	}
 }
 
@@ -509,21 +449,21 @@ func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
 // blob in place and usable, counts a failure and leaves no temp file.
 func TestTranscodeNoSpace(t *testing.T) {
 	dir := fstest.Tmpfs(t, "5m")
-	reg, img, ref := servedImage(t, 1, 3<<20) // random: the zstd form is as big as the blob
-	p := newTestPuller(t, Options{CacheDir: dir, TranscodeZstd: true})
-	fetchImage(t, p, ref).Close()
-	waitTranscodes(t, p)
-	if st := p.CacheStats(); st.TranscodeFailures != 1 || st.ZstdBlobs != 0 || st.Bytes != filesBytes(t, dir) {
-		t.Errorf("CacheStats() = %+v, files take %d bytes; want one failure, the served blob kept", st, filesBytes(t, dir))
+	reg, img := servedImage(t, 1, 3<<20) // random: the zstd form is as big as the blob
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	fetchImage(t, c, reg, img).Close()
+	waitTranscodes(t, c)
+	if st := c.Stats(); st.TranscodeFailures != 1 || st.ZstdBlobs != 0 || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("Stats() = %+v, files take %d bytes; want one failure, the served blob kept", st, filesBytes(t, dir))
 	}
 	if _, temps := zstdFiles(t, dir); len(temps) != 0 {
 		t.Errorf("temp files left: %v", temps)
 	}
 	reg.reset()
-	ls := fetchImage(t, p, ref)
-	checkLayers(t, ls, mustResolve(t, p, ref), compressedLayers(t, img))
+	ls := fetchImage(t, c, reg, img)
+	checkBlobs(t, ls, img.compressed())
 	ls.Close()
-	if n := reg.layerGets(t, img); n != 0 {
+	if n := reg.layerGets(img); n != 0 {
 		t.Errorf("%d layer GETs, want 0: the served blob is still cached", n)
 	}
 }

@@ -1,8 +1,7 @@
-package oci
+package blobcache
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,14 +10,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
 	"sync"
 
-	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
-	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 // maxExpansion bounds how much larger than the blob its uncompressed stream
@@ -39,7 +36,7 @@ var errNotGzip = errors.New("not gzip")
 // identical. It runs on a thread of its own at the lowest CPU and I/O
 // priority so that builds keep the machine.
 type transcoder struct {
-	c      *blobCache
+	c      *Cache
 	logger *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -55,7 +52,7 @@ type transcoder struct {
 	failed     int64
 }
 
-func newTranscoder(c *blobCache, logger *slog.Logger) *transcoder {
+func newTranscoder(c *Cache, logger *slog.Logger) *transcoder {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &transcoder{c: c, logger: logger, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), wake: make(chan struct{}, 1), queued: make(map[string]bool)}
@@ -228,12 +225,12 @@ func (t *transcoder) encode(h string, size int64) (tmp, zhex string, zsize int64
 	inHash := sha256.New()
 	counted := &countingReader{r: io.TeeReader(fsutil.ContextReader(t.ctx, src), inHash)}
 	in := bufio.NewReaderSize(counted, copyBufSize)
-	if magic, _ := in.Peek(2); !bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+	if magic, _ := in.Peek(2); layercodec.Detect(magic) != layercodec.Gzip {
 		return "", "", 0, errNotGzip
 	}
-	zr, err := gzip.NewReader(in)
+	zr, err := layercodec.NewGzipReader(in)
 	if err != nil {
-		return "", "", 0, fmt.Errorf("gzip: %w", err)
+		return "", "", 0, err
 	}
 	defer zr.Close()
 
@@ -313,23 +310,4 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
-}
-
-// onBackgroundThread runs fn on an OS thread of its own at the lowest CPU
-// priority (nice 19) and in the idle I/O class, then lets the thread end so
-// the priorities never reach other goroutines. Failing to lower a priority
-// (a seccomp filter, say) is harmless: fn runs anyway.
-func onBackgroundThread(fn func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// Never unlocked: the thread exits with the goroutine.
-		runtime.LockOSThread()
-		tid := unix.Gettid()
-		_ = unix.Setpriority(unix.PRIO_PROCESS, tid, 19)
-		const ioprioWhoProcess, ioprioClassIdle, ioprioClassShift = 1, 3, 13
-		_, _, _ = unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, uintptr(tid), ioprioClassIdle<<ioprioClassShift)
-		fn()
-	}()
-	<-done
 }

@@ -1,4 +1,4 @@
-package oci
+package blobcache
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
@@ -24,19 +26,20 @@ const tmpPrefix = ".tmp-"
 // copyBufSize is the buffer each concurrent blob copy uses.
 const copyBufSize = 1 << 20
 
-// blobCache is the content-addressed store of layer blobs. Each blob is on
-// disk in one of two forms: as served, in <blobs>/sha256/<hex>, or, once
+// Cache is the content-addressed store of layer blobs, keyed by the hex of
+// their sha256 as served. Each blob is on disk in one of two forms: as served, in <blobs>/sha256/<hex>, or, once
 // transcoded, as zstd in <blobs>/zstd/<hex>-<hex of the zstd file> (both for
 // a moment while a reader still holds the served form). The files are the
 // truth; the in-memory index mirrors them with pin counts, last use
 // (persisted as the file mtime, so LRU order survives restarts) and whether
-// the bytes were verified by this process.
-type blobCache struct {
+// the bytes were verified by this process. It is safe for concurrent use.
+type Cache struct {
 	dir   string // served blobs
 	zdir  string // zstd transcodes
 	quota int64
 	bufs  sync.Pool
 	tc    *transcoder // nil when transcoding is off
+	lock  *os.File    // flock on <Dir>/lock, nil once closed
 
 	mu      sync.Mutex
 	entries map[string]*cacheEntry
@@ -72,14 +75,102 @@ type flight struct {
 	done    chan struct{}
 	err     error
 	source  string
-	waiters int // acquirers waiting on it, guarded by blobCache.mu
+	waiters int // acquirers waiting on it, guarded by Cache.mu
 }
 
-// openBlobCache scans <blobs>/sha256 and <blobs>/zstd, removing partial
-// files left by a crash, and loads the index from the files' names, sizes and
+// Options configure a Cache.
+type Options struct {
+	// Dir holds the cache: blobs in <Dir>/blobs/sha256/<hex>, their zstd
+	// forms in <Dir>/blobs/zstd/, and <Dir>/lock; required. One Cache at a
+	// time may use it (Open takes the lock).
+	Dir string
+	// QuotaBytes is the size the cache is LRU-evicted down to; required.
+	// Pinned blobs are never evicted, so the cache can exceed it while they
+	// are in use.
+	QuotaBytes int64
+	// TranscodeZstd has Release queue gzip blobs to be re-encoded as zstd,
+	// one at a time on a thread at the lowest priority; Open then returns
+	// the zstd form. Close stops a transcode in progress.
+	TranscodeZstd bool
+	// Logger receives the transcoder's warnings (slog.DiscardHandler when
+	// nil).
+	Logger *slog.Logger
+}
+
+// Open creates the cache directory, locks it against other Caches, removes
+// temp files a crash left behind, loads the index from the files on disk and
+// evicts down to the quota. Close releases it.
+func Open(opts Options) (*Cache, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("Dir is required")
+	}
+	if opts.QuotaBytes <= 0 {
+		return nil, errors.New("QuotaBytes must be positive")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cache dir: %w", err)
+	}
+	lock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := openBlobs(filepath.Join(opts.Dir, "blobs"), opts.QuotaBytes)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	c.lock = lock
+	if opts.TranscodeZstd {
+		logger := opts.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		c.tc = newTranscoder(c, logger)
+	}
+	return c, nil
+}
+
+// lockDir takes a non-blocking exclusive flock on <dir>/lock so two Caches
+// (in this or another process) never manage one directory: the in-memory
+// pins and single-flight state would not see each other.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open cache lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked by another Cache", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("lock cache dir: %w", err)
+	}
+	return f, nil
+}
+
+// Close stops the transcoder (a transcode in progress is cancelled, its temp
+// file removed) and releases the lock. Blobs already opened stay readable,
+// but the Cache must not be used afterwards.
+func (c *Cache) Close() error {
+	if c.lock == nil {
+		return nil
+	}
+	if c.tc != nil {
+		c.tc.stop()
+	}
+	err := c.lock.Close()
+	c.lock = nil
+	if err != nil {
+		return fmt.Errorf("close cache lock: %w", err)
+	}
+	return nil
+}
+
+// openBlobs scans <blobs>/sha256 and <blobs>/zstd, removing partial files
+// left by a crash, and loads the index from the files' names, sizes and
 // mtimes.
-func openBlobCache(blobs string, quota int64) (*blobCache, error) {
-	c := &blobCache{
+func openBlobs(blobs string, quota int64) (*Cache, error) {
+	c := &Cache{
 		dir:     filepath.Join(blobs, "sha256"),
 		zdir:    filepath.Join(blobs, "zstd"),
 		quota:   quota,
@@ -92,7 +183,7 @@ func openBlobCache(blobs string, quota int64) (*blobCache, error) {
 			return nil, fmt.Errorf("create cache dir: %w", err)
 		}
 	}
-	err := scanCacheDir(c.dir, isHex64, func(name string, fi fs.FileInfo) error {
+	err := scanCacheDir(c.dir, IsHex64, func(name string, fi fs.FileInfo) error {
 		c.entries[name] = &cacheEntry{size: fi.Size(), served: true, lastUse: fi.ModTime()}
 		c.total += fi.Size()
 		return nil
@@ -158,10 +249,12 @@ func scanCacheDir(dir string, valid func(string) bool, found func(name string, f
 
 // isZstdName matches <hex>-<hex>, the name of a zstd form.
 func isZstdName(s string) bool {
-	return len(s) == 129 && s[64] == '-' && isHex64(s[:64]) && isHex64(s[65:])
+	return len(s) == 129 && s[64] == '-' && IsHex64(s[:64]) && IsHex64(s[65:])
 }
 
-func isHex64(s string) bool {
+// IsHex64 reports whether s is the lower-case hex of a sha256 digest, the
+// only blob names the cache accepts.
+func IsHex64(s string) bool {
 	if len(s) != 64 {
 		return false
 	}
@@ -173,16 +266,17 @@ func isHex64(s string) bool {
 	return true
 }
 
-func (c *blobCache) path(hexDigest string) string { return filepath.Join(c.dir, hexDigest) }
+func (c *Cache) path(hexDigest string) string { return filepath.Join(c.dir, hexDigest) }
 
-func (c *blobCache) zpath(hexDigest, zhex string) string {
+func (c *Cache) zpath(hexDigest, zhex string) string {
 	return filepath.Join(c.zdir, hexDigest+"-"+zhex)
 }
 
-// open opens the form of pinned blob hexDigest readers should use: the zstd
-// form when there is one. Neither form of a pinned blob is removed, so the
+// Open opens the form of pinned blob hexDigest readers should use: the zstd
+// form when there is one, verified like the served form, whose uncompressed
+// stream is the same. Neither form of a pinned blob is removed, so the
 // choice made under the lock stays valid.
-func (c *blobCache) open(hexDigest string) (*os.File, error) {
+func (c *Cache) Open(hexDigest string) (io.ReadCloser, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[hexDigest]
@@ -195,27 +289,73 @@ func (c *blobCache) open(hexDigest string) (*os.File, error) {
 	return os.Open(c.path(hexDigest))
 }
 
-// stats returns the cache's sizes and the number of zstd forms.
-func (c *blobCache) stats() CacheStats {
+// Stats describes a Cache.
+type Stats struct {
+	// Bytes is the size of the cached files; Blobs the number of blobs.
+	Bytes int64
+	Blobs int
+	// ZstdBlobs counts blobs kept in zstd form.
+	ZstdBlobs int
+	// Pinned counts blobs held by at least one Acquire not yet released.
+	Pinned int
+	// TranscodePending counts blobs queued for or being transcoded;
+	// Transcoded and TranscodeFailures count outcomes since Open.
+	TranscodePending  int
+	Transcoded        int64
+	TranscodeFailures int64
+}
+
+// Stats returns the cache's sizes, pins and transcoder counts.
+func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := CacheStats{Bytes: c.total, Blobs: len(c.entries)}
+	st := Stats{Bytes: c.total, Blobs: len(c.entries)}
 	for _, e := range c.entries {
 		if e.zhex != "" {
 			st.ZstdBlobs++
 		}
+		if e.pins > 0 {
+			st.Pinned++
+		}
+	}
+	c.mu.Unlock()
+	if c.tc != nil {
+		st.TranscodePending, st.Transcoded, st.TranscodeFailures = c.tc.counts()
 	}
 	return st
 }
 
-// acquire pins blob hexDigest of the given size, making sure it is present
+// Quota returns the size the cache is evicted down to.
+func (c *Cache) Quota() int64 { return c.quota }
+
+// Waiters returns how many Acquire calls wait for another's verification or
+// download of blob hexDigest.
+func (c *Cache) Waiters(hexDigest string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.flights[hexDigest]; f != nil {
+		return f.waiters
+	}
+	return 0
+}
+
+// WaitIdle returns once no blob is queued for or being transcoded, or when
+// ctx ends.
+func (c *Cache) WaitIdle(ctx context.Context) error {
+	if c.tc == nil {
+		return nil
+	}
+	return c.tc.waitIdle(ctx)
+}
+
+// Acquire pins blob hexDigest of the given size, making sure it is present
 // and verified: an unverified file is hashed once, a missing or corrupt one is
-// obtained with download (which must commit it with write). Concurrent
+// obtained with download (which must commit it with Put). Release drops the
+// pin; a pinned blob is never evicted. Concurrent
 // acquirers of one blob share a single verification or download. fromCache
 // reports that no download by this call was needed. source names where
 // download reads from: a waiter whose leader failed retries with its own
 // download when the leader was cancelled or read from another source.
-func (c *blobCache) acquire(ctx context.Context, hexDigest string, size int64, source string,
+func (c *Cache) Acquire(ctx context.Context, hexDigest string, size int64, source string,
 	download func(context.Context) error) (fromCache bool, err error) {
 	retried := false
 	for {
@@ -287,7 +427,7 @@ func (c *blobCache) acquire(ctx context.Context, hexDigest string, size int64, s
 
 // fill runs as the only worker on a blob: it verifies the file when one is
 // indexed (dropping it if corrupt) and downloads it otherwise.
-func (c *blobCache) fill(ctx context.Context, hexDigest string, size int64, indexed bool,
+func (c *Cache) fill(ctx context.Context, hexDigest string, size int64, indexed bool,
 	download func(context.Context) error) (bool, error) {
 	if indexed {
 		path, want, wantSize := c.path(hexDigest), hexDigest, size
@@ -312,7 +452,7 @@ func (c *blobCache) fill(ctx context.Context, hexDigest string, size int64, inde
 
 // verifyFile reports whether the cached file at path has the expected size
 // and digest.
-func (c *blobCache) verifyFile(ctx context.Context, path, hexDigest string, size int64) (bool, error) {
+func (c *Cache) verifyFile(ctx context.Context, path, hexDigest string, size int64) (bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -338,7 +478,7 @@ func (c *blobCache) verifyFile(ctx context.Context, path, hexDigest string, size
 }
 
 // drop deletes a corrupt blob (both forms) and its index entry.
-func (c *blobCache) drop(hexDigest string) error {
+func (c *Cache) drop(hexDigest string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[hexDigest]; e != nil {
@@ -353,7 +493,7 @@ func (c *blobCache) drop(hexDigest string) error {
 
 // removeLocked deletes an entry's files and the entry. On error the entry
 // stays, accounting for what is still on disk.
-func (c *blobCache) removeLocked(hexDigest string, e *cacheEntry) error {
+func (c *Cache) removeLocked(hexDigest string, e *cacheEntry) error {
 	if e.served {
 		if err := os.Remove(c.path(hexDigest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -372,11 +512,12 @@ func (c *blobCache) removeLocked(hexDigest string, e *cacheEntry) error {
 	return nil
 }
 
-// write streams r into the cache as blob hexDigest: into a temp file beside
-// the final name, checking size and sha256 on the way, then fsync, rename and
-// directory fsync. progress gets the number of bytes written so far. On any
-// error the temp file is removed.
-func (c *blobCache) write(ctx context.Context, hexDigest string, size int64, r io.Reader, progress func(written int64)) (err error) {
+// Put streams r into the cache as blob hexDigest: into a temp file beside
+// the final name, checking size and sha256 on the way, then a rename.
+// progress, if not nil, gets the number of bytes written so far. On any error
+// the temp file is removed. It is meant for the download function of Acquire,
+// which then pins the blob.
+func (c *Cache) Put(ctx context.Context, hexDigest string, size int64, r io.Reader, progress func(written int64)) (err error) {
 	tmp, err := os.CreateTemp(c.dir, tmpPrefix+hexDigest+"-*")
 	if err != nil {
 		return fmt.Errorf("create temp blob: %w", err)
@@ -435,9 +576,9 @@ func (c *blobCache) write(ctx context.Context, hexDigest string, size int64, r i
 	return nil
 }
 
-// unpin releases one pin on each blob, removes served forms a zstd form
+// Release drops one pin on each blob, removes served forms a zstd form
 // replaced, evicts down to the quota and queues the blobs for transcoding.
-func (c *blobCache) unpin(hexDigests []string) {
+func (c *Cache) Release(hexDigests []string) {
 	now := time.Now()
 	var transcode []string
 	c.mu.Lock()
@@ -464,7 +605,7 @@ func (c *blobCache) unpin(hexDigests []string) {
 // for verification again, and its served form is removed if a zstd form
 // replaced it. A failed removal leaves the form accounted for, to be retried
 // at the next unpin.
-func (c *blobCache) settleLocked(hexDigest string, e *cacheEntry) {
+func (c *Cache) settleLocked(hexDigest string, e *cacheEntry) {
 	if e.pins > 0 {
 		return
 	}
@@ -484,7 +625,7 @@ func (c *blobCache) settleLocked(hexDigest string, e *cacheEntry) {
 // evictLocked removes unpinned, idle blobs, least recently used first, until
 // the total is within the quota. Pinned blobs and blobs being verified are
 // never removed, so the total may stay above the quota while they are in use.
-func (c *blobCache) evictLocked() {
+func (c *Cache) evictLocked() {
 	if c.total <= c.quota {
 		return
 	}
@@ -514,7 +655,7 @@ func (c *blobCache) evictLocked() {
 
 // touch records a use in the file's mtime so LRU order survives restarts.
 // It is best effort: a failure only makes the blob look older.
-func (c *blobCache) touch(hexDigest string) {
+func (c *Cache) touch(hexDigest string) {
 	c.mu.Lock()
 	e := c.entries[hexDigest]
 	if e == nil {
