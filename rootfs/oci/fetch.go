@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 )
 
@@ -35,23 +33,6 @@ type Progress struct {
 	// SpeedBPS is the transfer rate in bytes per second: over the last
 	// interval in intermediate reports, over the whole Fetch in the final one.
 	SpeedBPS int64
-}
-
-// blobSource is where an image's blobs come from.
-type blobSource interface {
-	// key identifies the source; a waiter retries a shared download itself
-	// when the leader read from another source and failed.
-	key() string
-	// openers lists the places blob d can be read from, in the order to try.
-	openers(d v1.Hash) []blobOpener
-}
-
-// blobOpener opens a blob at one place. The bytes are not trusted: the cache
-// checks size and digest while writing them.
-type blobOpener struct {
-	where string // repository or offline reference, for messages
-	host  string // registry host ("" offline), for authentication messages
-	open  func(ctx context.Context) (io.ReadCloser, error)
 }
 
 // blobStore is what fetching needs of the layer cache: pin a blob, filling

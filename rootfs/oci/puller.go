@@ -132,21 +132,12 @@ type Image struct {
 // Puller resolves images and fetches their layers into the shared cache.
 // It is safe for concurrent use.
 type Puller struct {
-	platform   v1.Platform
-	mirrors    map[string][]mirror
-	insecure   map[string]bool
-	jobs       int
-	keychain   authn.Keychain
-	base       http.RoundTripper
-	localRoots []string
+	platform v1.Platform
+	jobs     int
+	// sources resolves references by kind.
+	sources map[RefKind]imageSource
 
 	cache *blobcache.Cache
-}
-
-// mirror is one parsed Options.Mirrors entry.
-type mirror struct {
-	prefix   string // host[:port][/path]
-	insecure bool
 }
 
 // New checks opts and opens the layer cache in opts.CacheDir (see
@@ -159,14 +150,12 @@ func New(opts Options) (*Puller, error) {
 	if opts.CacheQuotaBytes < 0 || opts.Jobs < 0 {
 		return nil, errors.New("new puller: CacheQuotaBytes and Jobs must not be negative")
 	}
-	p := &Puller{
-		platform:   opts.Platform,
-		mirrors:    make(map[string][]mirror),
-		insecure:   make(map[string]bool),
-		jobs:       opts.Jobs,
-		keychain:   opts.Keychain,
-		base:       opts.Transport,
-		localRoots: opts.LocalRoots,
+	p := &Puller{platform: opts.Platform, jobs: opts.Jobs}
+	reg := &registryImages{
+		mirrors:  make(map[string][]mirror),
+		insecure: make(map[string]bool),
+		keychain: opts.Keychain,
+		base:     opts.Transport,
 	}
 	if p.platform.OS == "" {
 		p.platform.OS = "linux"
@@ -178,26 +167,26 @@ func New(opts Options) (*Puller, error) {
 		p.jobs = DefaultJobs
 	}
 	p.jobs = min(p.jobs, MaxJobs)
-	if p.keychain == nil {
-		p.keychain = authn.DefaultKeychain
+	if reg.keychain == nil {
+		reg.keychain = authn.DefaultKeychain
 	}
-	if p.base == nil {
+	if reg.base == nil {
 		dt, ok := remote.DefaultTransport.(*http.Transport)
 		if !ok {
 			return nil, errors.New("new puller: remote.DefaultTransport is not an *http.Transport")
 		}
-		p.base = dt.Clone()
+		reg.base = dt.Clone()
 	}
-	p.base = transport.NewRetry(p.base, transport.WithRetryStatusCodes(retryStatusCodes...))
+	reg.base = transport.NewRetry(reg.base, transport.WithRetryStatusCodes(retryStatusCodes...))
 	for _, h := range opts.Insecure {
-		reg, err := name.NewRegistry(h)
+		r, err := name.NewRegistry(h)
 		if err != nil {
 			return nil, fmt.Errorf("new puller: insecure registry %q: %w", h, err)
 		}
-		p.insecure[reg.RegistryStr()] = true
+		reg.insecure[r.RegistryStr()] = true
 	}
 	for host, list := range opts.Mirrors {
-		reg, err := name.NewRegistry(host)
+		r, err := name.NewRegistry(host)
 		if err != nil {
 			return nil, fmt.Errorf("new puller: mirrors of %q: %w", host, err)
 		}
@@ -206,13 +195,19 @@ func New(opts Options) (*Puller, error) {
 			if err != nil {
 				return nil, fmt.Errorf("new puller: mirror %q of %s: %w", m, host, err)
 			}
-			p.mirrors[reg.RegistryStr()] = append(p.mirrors[reg.RegistryStr()], mi)
+			reg.mirrors[r.RegistryStr()] = append(reg.mirrors[r.RegistryStr()], mi)
 		}
 	}
 	for _, r := range opts.LocalRoots {
 		if !filepath.IsAbs(r) {
 			return nil, fmt.Errorf("new puller: local root %q is not absolute", r)
 		}
+	}
+	reg.platform = p.platform
+	p.sources = map[RefKind]imageSource{
+		KindRegistry:      reg,
+		KindOCILayout:     layoutImages{roots: opts.LocalRoots, platform: p.platform},
+		KindDockerArchive: archiveImages{roots: opts.LocalRoots},
 	}
 
 	quota := opts.CacheQuotaBytes
@@ -291,14 +286,9 @@ func (p *Puller) Resolve(ctx context.Context, src Source) (*Image, error) {
 		return nil, err
 	}
 	var img *Image
-	switch pr.Kind {
-	case KindRegistry:
-		img, err = p.resolveRegistry(ctx, pr, src)
-	case KindOCILayout:
-		img, err = p.resolveLayout(ctx, pr)
-	case KindDockerArchive:
-		img, err = p.resolveArchive(ctx, pr)
-	default:
+	if is, ok := p.sources[pr.Kind]; ok {
+		img, err = is.resolve(ctx, pr, src)
+	} else {
 		err = fmt.Errorf("%w: unknown reference kind %v", ErrInvalidRef, pr.Kind)
 	}
 	if err != nil {

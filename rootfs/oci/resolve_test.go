@@ -429,7 +429,7 @@ func TestMirrorEndpoints(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eps, err := p.endpoints(context.Background(), pr, Source{})
+		eps, err := p.sources[KindRegistry].(*registryImages).endpoints(context.Background(), pr, Source{})
 		if err != nil {
 			t.Fatalf("endpoints(%s): %v", tc.ref, err)
 		}
@@ -449,7 +449,7 @@ func TestSourceCredentialsStayWithOrigin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps, err := p.endpoints(context.Background(), pr, Source{Username: "u", Password: "p"})
+	eps, err := p.sources[KindRegistry].(*registryImages).endpoints(context.Background(), pr, Source{Username: "u", Password: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,26 @@ func (ep *endpoint) transport(ctx context.Context, base http.RoundTripper) (http
 	return rt, nil
 }
 
+// registryImages reads images from registries, trying the mirrors of a
+// registry before it.
+type registryImages struct {
+	platform v1.Platform
+	mirrors  map[string][]mirror
+	insecure map[string]bool
+	keychain authn.Keychain
+	base     http.RoundTripper
+}
+
+var _ imageSource = (*registryImages)(nil)
+
+// mirror is one parsed Options.Mirrors entry.
+type mirror struct {
+	prefix   string // host[:port][/path]
+	insecure bool
+}
+
 // endpoints lists the mirrors of ref's registry, then the registry.
-func (p *Puller) endpoints(ctx context.Context, pr ParsedRef, src Source) ([]*endpoint, error) {
+func (p *registryImages) endpoints(ctx context.Context, pr ParsedRef, src Source) ([]*endpoint, error) {
 	origin := pr.Reference.Context()
 	host := origin.RegistryStr()
 	var eps []*endpoint
@@ -94,10 +112,10 @@ func (p *Puller) endpoints(ctx context.Context, pr ParsedRef, src Source) ([]*en
 	return append(eps, &endpoint{repo: repo, auth: auth}), nil
 }
 
-// resolveRegistry tries each endpoint in turn; the first that serves the
-// manifest also serves the layers (falling through to the later endpoints
-// when it fails). The digest string always names the original repository.
-func (p *Puller) resolveRegistry(ctx context.Context, pr ParsedRef, src Source) (*Image, error) {
+// resolve tries each endpoint in turn; the first that serves the manifest
+// also serves the layers (falling through to the later endpoints when it
+// fails). The digest string always names the original repository.
+func (p *registryImages) resolve(ctx context.Context, pr ParsedRef, src Source) (*Image, error) {
 	eps, err := p.endpoints(ctx, pr, src)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", pr.Reference, err)
@@ -126,7 +144,7 @@ func (p *Puller) resolveRegistry(ctx context.Context, pr ParsedRef, src Source) 
 }
 
 // resolveAt reads manifest and config of ref from one endpoint.
-func (p *Puller) resolveAt(ctx context.Context, ep *endpoint, ref name.Reference) (*Image, error) {
+func (p *registryImages) resolveAt(ctx context.Context, ep *endpoint, ref name.Reference) (*Image, error) {
 	host := ep.repo.RegistryStr()
 	var r name.Reference = ep.repo.Tag(ref.Identifier())
 	if d, ok := ref.(name.Digest); ok {
@@ -184,9 +202,11 @@ func (p *Puller) resolveAt(ctx context.Context, ep *endpoint, ref name.Reference
 // registrySource reads blobs from the endpoint that served the manifest,
 // then from the endpoints after it.
 type registrySource struct {
-	p   *Puller
+	p   *registryImages
 	eps []*endpoint
 }
+
+var _ blobSource = (*registrySource)(nil)
 
 func (s *registrySource) key() string { return "registry:" + s.eps[0].repo.Name() }
 
@@ -203,7 +223,7 @@ func (s *registrySource) openers(d v1.Hash) []blobOpener {
 }
 
 // openBlob GETs a blob; the caller verifies what it reads.
-func (p *Puller) openBlob(ctx context.Context, ep *endpoint, d v1.Hash) (io.ReadCloser, error) {
+func (p *registryImages) openBlob(ctx context.Context, ep *endpoint, d v1.Hash) (io.ReadCloser, error) {
 	rt, err := ep.transport(ctx, p.base)
 	if err != nil {
 		return nil, err

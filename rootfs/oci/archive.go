@@ -1,0 +1,164 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
+)
+
+// archiveImages reads images from `docker save` tarballs under roots.
+type archiveImages struct {
+	roots []string
+}
+
+var _ imageSource = archiveImages{}
+
+// resolve reads a `docker save` tarball holding exactly one image.
+// The tarball has no registry manifest, so one is synthesized: Docker v2
+// schema 2, the config as stored, and each layer blob as stored (gzip or
+// zstd layers are hashed here; an uncompressed layer's digest is its diff_id
+// from the config, verified when Fetch copies it). For gzip-layer archives
+// this is the manifest go-containerregistry's tarball.Image derives, so the
+// digests agree.
+func (s archiveImages) resolve(ctx context.Context, pr ParsedRef, _ Source) (*Image, error) {
+	what := "resolve " + pr.String()
+	file, err := localPath(s.roots, pr)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer f.Close()
+	idx, err := indexTar(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	me, err := lookup(idx, "manifest.json")
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a docker save archive: %w", what, err)
+	}
+	raw, err := readMember(f, me)
+	if err != nil {
+		return nil, fmt.Errorf("%s: manifest.json: %w", what, err)
+	}
+	var tm tarball.Manifest
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		return nil, fmt.Errorf("%s: parse manifest.json: %w", what, err)
+	}
+	if len(tm) != 1 {
+		var tags []string
+		for _, d := range tm {
+			tags = append(tags, d.RepoTags...)
+		}
+		return nil, fmt.Errorf("%s: %w: the archive holds %d images (tags: %s); save one image per archive",
+			what, ErrUnsupported, len(tm), strings.Join(tags, ", "))
+	}
+	desc := tm[0]
+	ce, err := lookup(idx, desc.Config)
+	if err != nil {
+		return nil, fmt.Errorf("%s: config: %w", what, err)
+	}
+	rawConfig, err := readMember(f, ce)
+	if err != nil {
+		return nil, fmt.Errorf("%s: config: %w", what, err)
+	}
+	cf, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
+	if err != nil {
+		return nil, fmt.Errorf("%s: parse config: %w", what, err)
+	}
+	csum := sha256.Sum256(rawConfig)
+	m := v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.DockerManifestSchema2,
+		Config: v1.Descriptor{
+			MediaType: types.DockerConfigJSON,
+			Size:      int64(len(rawConfig)),
+			Digest:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(csum[:])},
+		},
+	}
+	members := make(map[string]tarEntry)
+	for i, lpath := range desc.Layers {
+		e, err := lookup(idx, lpath)
+		if err != nil {
+			return nil, fmt.Errorf("%s: layer %d: %w", what, i, err)
+		}
+		var magic [layercodec.MagicLen]byte
+		n, _ := f.ReadAt(magic[:], e.off)
+		codec := layercodec.Detect(magic[:n])
+		ld := v1.Descriptor{MediaType: codec.MediaType(), Size: e.size}
+		if codec == layercodec.Uncompressed {
+			if i >= len(cf.RootFS.DiffIDs) {
+				return nil, fmt.Errorf("%s: layer %d has no diff_id in the config", what, i)
+			}
+			ld.Digest = cf.RootFS.DiffIDs[i]
+		} else {
+			h := sha256.New()
+			if _, err := io.Copy(h, fsutil.ContextReader(ctx, io.NewSectionReader(f, e.off, e.size))); err != nil {
+				return nil, fmt.Errorf("%s: hash layer %d: %w", what, i, err)
+			}
+			ld.Digest = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+		}
+		members[ld.Digest.Hex] = e
+		m.Layers = append(m.Layers, ld)
+	}
+	rawManifest, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	img, err := describe(pr.sourceName(), rawManifest, rawConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	img.src = archiveSource{file: file, name: pr.sourceName(), members: members}
+	return img, nil
+}
+
+var _ blobSource = archiveSource{}
+
+// archiveSource reads layer blobs straight out of a tarball.
+type archiveSource struct {
+	file    string
+	name    string
+	members map[string]tarEntry
+}
+
+func (s archiveSource) key() string { return s.name }
+
+func (s archiveSource) openers(d v1.Hash) []blobOpener {
+	e, ok := s.members[d.Hex]
+	if !ok {
+		return nil
+	}
+	return []blobOpener{{
+		where: s.name,
+		open: func(context.Context) (io.ReadCloser, error) {
+			f, err := os.Open(s.file)
+			if err != nil {
+				return nil, err
+			}
+			return sectionReadCloser{io.NewSectionReader(f, e.off, e.size), f}, nil
+		},
+	}}
+}
+
+type sectionReadCloser struct {
+	*io.SectionReader
+	f *os.File
+}
+
+func (s sectionReadCloser) Close() error { return s.f.Close() }
