@@ -5,15 +5,20 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/registrytest"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/registry"
 )
 
 // TestDistributionRegistry pushes to Debian's docker-registry (distribution
 // 2.8, htpasswd auth) and fetches the image back through the cache.
 func TestDistributionRegistry(t *testing.T) {
 	const user, pass = "builder", "Reg-Pa55-e2e"
-	reg := registrytest.Start(t, registrytest.Options{Username: user, Password: pass})
+	reg, err := registry.Start(context.Background(), registry.Options{Dir: t.TempDir(), Username: user, Password: pass})
+	if err != nil {
+		t.Fatalf("start registry: %v", err)
+	}
+	t.Cleanup(reg.Stop)
 	img := testImage(t, 3, 64<<10)
 	push(t, reg.Ref("team/app:v1"), img, remote.WithAuth(reg.Auth()))
 	want := compressedLayers(t, img)
@@ -26,7 +31,7 @@ func TestDistributionRegistry(t *testing.T) {
 		t.Errorf("digest ref resolved to %q, tag to %q", byDigest.Digest, got.Digest)
 	}
 
-	_, err := p.Resolve(context.Background(), Source{Ref: reg.Ref("team/app:v1"), Username: user, Password: "wrong"})
+	_, err = p.Resolve(context.Background(), Source{Ref: reg.Ref("team/app:v1"), Username: user, Password: "wrong"})
 	if !errors.Is(err, ErrUnauthorized) {
 		t.Errorf("Resolve with a wrong password: error = %v, want ErrUnauthorized", err)
 	}
