@@ -20,7 +20,6 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 )
@@ -57,8 +56,8 @@ func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.I
 }
 
 // CacheStats makes the agent export the layer cache series.
-func (b *testBuilder) CacheStats() oci.CacheStats {
-	return oci.CacheStats{Bytes: 4096, Blobs: 2, ZstdBlobs: 1, TranscodePending: 1, Transcoded: 3, TranscodeFailures: 1}
+func (b *testBuilder) CacheStats() rootfs.CacheStats {
+	return rootfs.CacheStats{Bytes: 4096, Blobs: 2, ZstdBlobs: 1, TranscodePending: 1, Transcoded: 3, TranscodeFailures: 1}
 }
 
 func (b *testBuilder) LoadCA(ctx context.Context) (*rootfs.CA, error) {

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
 const namespace = "cube_templatecenter"
@@ -106,7 +106,7 @@ func (m *metrics) observeCallback(outcome string, terminal bool) {
 
 // layerCache is what a Builder with a layer cache offers the metrics.
 type layerCache interface {
-	CacheStats() oci.CacheStats
+	CacheStats() rootfs.CacheStats
 }
 
 // layerCacheCollector reads the layer cache's state once per scrape.

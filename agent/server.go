@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -89,7 +89,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if _, err := oci.ValidateImageRef(b.Template.SourceImageRef); err != nil {
+	if _, err := rootfs.ValidateImageRef(b.Template.SourceImageRef); err != nil {
 		writeError(w, http.StatusBadRequest, "request.source_image_ref: "+err.Error())
 		return
 	}

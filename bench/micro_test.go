@@ -33,7 +33,6 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
@@ -226,7 +225,7 @@ func (f builderFixture) newBuilder(b *testing.B, store, cache string) *rootfs.Bu
 	b.Helper()
 	bld, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(store), CAPath: f.caPath,
 		HeadroomPercent: 10, HeadroomInodes: 4096,
-		Pull: oci.Options{CacheDir: cache, Insecure: []string{f.host}, TranscodeZstd: true}})
+		Pull: rootfs.PullOptions{CacheDir: cache, Insecure: []string{f.host}, TranscodeZstd: true}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,7 +27,7 @@ type Options struct {
 	// CAPath is the egress CA baked into images.
 	CAPath string
 	// Pull configures image sources and the layer cache.
-	Pull oci.Options
+	Pull PullOptions
 	// HeadroomPercent and HeadroomInodes are left free in every image for
 	// the guest to write.
 	HeadroomPercent int
@@ -45,7 +45,7 @@ func NewBuilder(opts Options) (*Builder, error) {
 	if opts.Store == "" {
 		return nil, errors.New("new builder: no store directory")
 	}
-	p, err := oci.New(opts.Pull)
+	p, err := oci.New(opts.Pull.ociOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,11 @@ func NewBuilder(opts Options) (*Builder, error) {
 func (b *Builder) Close() error { return b.puller.Close() }
 
 // CacheStats describes the layer cache.
-func (b *Builder) CacheStats() oci.CacheStats { return b.puller.CacheStats() }
+func (b *Builder) CacheStats() CacheStats {
+	st := b.puller.CacheStats()
+	return CacheStats{Bytes: st.Bytes, Blobs: st.Blobs, ZstdBlobs: st.ZstdBlobs,
+		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures}
+}
 
 // WaitCacheIdle returns once the layer cache has no background work left,
 // or when ctx ends.
@@ -64,12 +68,14 @@ func (b *Builder) WaitCacheIdle(ctx context.Context) error { return b.puller.Wai
 
 // Resolve reads the image's manifest and configuration.
 func (b *Builder) Resolve(ctx context.Context, src Source) (*Image, error) {
-	img, err := b.puller.Resolve(ctx, src)
+	img, err := b.puller.Resolve(ctx, oci.Source{Ref: src.Ref, Username: src.Username, Password: src.Password})
 	if err != nil {
 		return nil, err
 	}
-	return &Image{Digest: img.Digest, Config: img.Config, CompressedSize: img.CompressedSize,
-		Created: img.Created, resolved: img}, nil
+	c := img.Config
+	return &Image{Digest: img.Digest, Created: img.Created, CompressedSize: img.CompressedSize,
+		Config:   ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, WorkingDir: c.WorkingDir, User: c.User},
+		resolved: img}, nil
 }
 
 // LoadCA reads the configured egress CA.

@@ -41,7 +41,6 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inspect"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
@@ -74,7 +73,7 @@ func builderOptions(t testing.TB, insecure ...string) rootfs.Options {
 	t.Helper()
 	return rootfs.Options{
 		Store: rootfs.Store(t.TempDir()),
-		Pull: oci.Options{CacheDir: t.TempDir(), Insecure: insecure,
+		Pull: rootfs.PullOptions{CacheDir: t.TempDir(), Insecure: insecure,
 			Keychain: authn.NewMultiKeychain()},
 		HeadroomPercent: 10,
 		HeadroomInodes:  256,

@@ -11,10 +11,21 @@ import (
 // ("docker.io/library/debian:12", "http://host:5000/x:y") or an offline
 // source ("oci-layout:DIR[:TAG]", "docker-archive:FILE.tar"), with optional
 // registry credentials.
-type Source = oci.Source
+type Source struct {
+	Ref      string
+	Username string
+	Password string
+}
 
-// ImageConfig is the part of the image configuration the template keeps.
-type ImageConfig = oci.ImageConfig
+// ImageConfig is the part of the image configuration the template keeps;
+// the JSON keys are those of Docker's image config.
+type ImageConfig struct {
+	Entrypoint []string `json:"Entrypoint"`
+	Cmd        []string `json:"Cmd"`
+	Env        []string `json:"Env"`
+	WorkingDir string   `json:"WorkingDir"`
+	User       string   `json:"User"`
+}
 
 // Image is a resolved image: its manifest and configuration are known, its
 // layers not yet fetched.

@@ -21,7 +21,6 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 )
 
 // buildResult is what `templatecenter build` prints.
@@ -60,7 +59,7 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if *image == "" || fs.NArg() != 0 {
 		return fmt.Errorf("%w: build --image REF [--envd FILE] [--ca FILE|--no-ca] [--out DIR] [--username U --password-stdin] [--insecure]", errUsage)
 	}
-	parsed, err := oci.ValidateImageRef(*image)
+	parsed, err := rootfs.ValidateImageRef(*image)
 	if err != nil {
 		return err
 	}
@@ -91,9 +90,9 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("create output directory: %w", err)
 	}
-	pull := oci.Options{CacheDir: *cache, Platform: platformOf(*platform), LocalRoots: []string{"/"}}
-	if *insecure && parsed.Kind == oci.KindRegistry {
-		pull.Insecure = []string{parsed.Reference.Context().RegistryStr()}
+	pull := rootfs.PullOptions{CacheDir: *cache, Platform: platformOf(*platform), LocalRoots: []string{"/"}}
+	if *insecure && parsed.Registry != "" {
+		pull.Insecure = []string{parsed.Registry}
 	}
 	defaults := config.Default().Build
 	b, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(outDir), CAPath: *caPath, Pull: pull,

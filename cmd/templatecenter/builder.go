@@ -10,7 +10,6 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 )
 
 var _ agent.Builder = (*rootfs.Builder)(nil)
@@ -23,7 +22,7 @@ func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error
 		CAPath:          cfg.Build.CAPath,
 		HeadroomPercent: cfg.Build.HeadroomPercent,
 		HeadroomInodes:  cfg.Build.HeadroomInodes,
-		Pull: oci.Options{
+		Pull: rootfs.PullOptions{
 			CacheDir:        filepath.Join(cfg.Store.WorkDir, "layers"),
 			CacheQuotaBytes: int64(cfg.Build.LayerCacheQuota),
 			TranscodeZstd:   cfg.Build.LayerCacheZstd,

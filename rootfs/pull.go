@@ -1,0 +1,95 @@
+package rootfs
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
+)
+
+// PullOptions configure image sources and the layer cache; the zero value
+// of a field means its default (rootfs/oci documents each).
+type PullOptions struct {
+	// CacheDir holds the layer cache; required. One Builder at a time may
+	// use it.
+	CacheDir string
+	// CacheQuotaBytes is the size the cache is evicted down to (20 GiB
+	// when 0).
+	CacheQuotaBytes int64
+	// Platform picks the image of a multi-platform index (linux/GOARCH
+	// when empty).
+	Platform v1.Platform
+	// Mirrors maps a registry host to mirrors tried first, in order.
+	Mirrors map[string][]string
+	// Insecure lists registry hosts spoken to over plain HTTP.
+	Insecure []string
+	// Jobs bounds parallel layer downloads per build (6 when 0, at most 32).
+	Jobs int
+	// Keychain supplies registry credentials when a Source has none
+	// (docker's config.json and credential helpers when nil).
+	Keychain authn.Keychain
+	// Transport carries all registry traffic (a default transport when nil).
+	Transport http.RoundTripper
+	// TranscodeZstd has the cache re-encode gzip layers as zstd in the
+	// background, so later builds decompress them faster.
+	TranscodeZstd bool
+	// Logger receives the cache's warnings (discarded when nil).
+	Logger *slog.Logger
+	// LocalRoots lists the directories offline sources must lie under;
+	// when empty, offline sources are refused.
+	LocalRoots []string
+}
+
+// ociOptions maps o onto the puller's options.
+func (o PullOptions) ociOptions() oci.Options {
+	return oci.Options{
+		CacheDir:        o.CacheDir,
+		CacheQuotaBytes: o.CacheQuotaBytes,
+		Platform:        o.Platform,
+		Mirrors:         o.Mirrors,
+		Insecure:        o.Insecure,
+		Jobs:            o.Jobs,
+		Keychain:        o.Keychain,
+		Transport:       o.Transport,
+		TranscodeZstd:   o.TranscodeZstd,
+		Logger:          o.Logger,
+		LocalRoots:      o.LocalRoots,
+	}
+}
+
+// CacheStats describes the layer cache.
+type CacheStats struct {
+	// Bytes is the size of the cached files; Blobs the number of layers.
+	Bytes int64
+	Blobs int
+	// ZstdBlobs counts layers kept in zstd form.
+	ZstdBlobs int
+	// TranscodePending counts layers queued for or being transcoded;
+	// Transcoded and TranscodeFailures count outcomes since NewBuilder.
+	TranscodePending  int
+	Transcoded        int64
+	TranscodeFailures int64
+}
+
+// ImageRef is a validated image reference.
+type ImageRef struct {
+	// Registry is the registry host of a registry reference, as requests
+	// name it (docker.io is index.docker.io); "" for an offline source.
+	Registry string
+}
+
+// ValidateImageRef checks an image reference (a registry reference or an
+// offline oci-layout:/docker-archive: source) without any I/O.
+func ValidateImageRef(ref string) (ImageRef, error) {
+	pr, err := oci.ValidateImageRef(ref)
+	if err != nil {
+		return ImageRef{}, err
+	}
+	if pr.Kind != oci.KindRegistry {
+		return ImageRef{}, nil
+	}
+	return ImageRef{Registry: pr.Reference.Context().RegistryStr()}, nil
+}
