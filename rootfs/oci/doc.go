@@ -1,10 +1,15 @@
 // Package oci turns an image reference into verified, cached layer blobs.
 //
-// Resolve reads an image's manifest and config (from a registry, an OCI image
-// layout directory or a `docker save` tarball) without downloading layers;
-// Fetch brings every layer into a content-addressed, digest-verified blob
-// cache shared by all builds and returns pinned handles to the compressed
-// blobs, in manifest order. The cache lives in <CacheDir>/blobs/sha256/<hex>,
-// survives restarts, evicts least recently used blobs down to a quota and
-// downloads a blob shared by concurrent builds only once.
+// Resolve reads an image's manifest and config without downloading layers,
+// through the image source the reference names: a registry and its mirrors
+// (registry.go), an OCI image layout directory (layout.go) or a `docker
+// save` tarball (archive.go, tarindex.go). Each source implements
+// imageSource and serves its layers through the blobSource seam, so Fetch
+// treats them alike: it brings every layer into the layer cache and returns
+// pinned handles to the compressed blobs, in manifest order.
+//
+// The cache itself (digest verification, LRU eviction, one download per
+// blob, the background zstd transcoder) lives in rootfs/blobcache; this
+// package reaches it through the blobStore interface it declares. Layer
+// decoding is rootfs/layercodec's job.
 package oci
