@@ -450,7 +450,8 @@ func (r *jobRun) persistPull(ctx context.Context, final bool) {
 	sent := *p
 	r.pullSent, r.pullSentAt = &sent, time.Now()
 	r.mu.Unlock()
-	r.report(ctx, spool.KindPull, api.PullReport(*p))
+	r.report(ctx, spool.KindPull, api.PullReport(api.Pull{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes,
+		TotalLayers: p.TotalLayers, CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}))
 }
 
 // report queues a non-terminal report.

@@ -7,8 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
 func sha(s string) string {
@@ -174,7 +172,7 @@ func TestReportBodies(t *testing.T) {
 			t.Errorf("BUILT report lacks %s", k)
 		}
 	}
-	json.Unmarshal(PullReport(rootfs.PullProgress{TotalBytes: 10, DownloadedBytes: 5, TotalLayers: 2, CompletedLayers: 1, SpeedBPS: 3}).Encode(), &got)
+	json.Unmarshal(PullReport(Pull{TotalBytes: 10, DownloadedBytes: 5, TotalLayers: 2, CompletedLayers: 1, SpeedBPS: 3}).Encode(), &got)
 	if got["pull_total_bytes"] != float64(10) || got["pull_speed_bps"] != float64(3) {
 		t.Errorf("PullReport = %v", got)
 	}

@@ -1,10 +1,6 @@
 package api
 
-import (
-	"encoding/json"
-
-	"github.com/cubesandbox/cubetemplatecenter/rootfs"
-)
+import "encoding/json"
 
 // Job statuses and phases the agent reports. CubeMaster, not the agent,
 // moves a job to READY after distribution.
@@ -46,8 +42,18 @@ func FingerprintReport(artifactID, fingerprint, digest string) Report {
 	return Report{"artifact_id": artifactID, "template_spec_fingerprint": fingerprint, "source_image_digest": digest}
 }
 
+// Pull is the download progress of a job's image layers, as reported to
+// CubeMaster.
+type Pull struct {
+	TotalBytes      int64
+	DownloadedBytes int64
+	TotalLayers     int
+	CompletedLayers int
+	SpeedBPS        int64
+}
+
 // PullReport carries download progress.
-func PullReport(p rootfs.PullProgress) Report {
+func PullReport(p Pull) Report {
 	return Report{
 		"pull_total_bytes":      p.TotalBytes,
 		"pull_downloaded_bytes": p.DownloadedBytes,
