@@ -99,8 +99,17 @@ func New(o Options) *Agent {
 	if c, ok := o.Builder.(layerCache); ok {
 		a.metrics.registry.MustRegister(newLayerCacheCollector(c))
 	}
-	a.exec = newExecutor(a)
 	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback)
+	a.exec = newExecutor(executorDeps{
+		jobs:      o.Spool,
+		artifacts: o.Spool,
+		builder:   o.Builder,
+		reporter:  a.reporter,
+		settings:  func() config.Build { return a.config().Build },
+		logger:    o.Logger,
+		metrics: execMetrics{running: a.metrics.running, phaseDuration: a.metrics.phaseDuration,
+			dedup: a.metrics.dedup, finished: a.metrics.finished, interrupted: a.metrics.interrupted},
+	})
 	return a
 }
 

@@ -10,7 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
@@ -25,13 +28,62 @@ type Builder interface {
 	Build(ctx context.Context, spec rootfs.Spec, progress rootfs.ProgressFunc) (*rootfs.Artifact, error)
 }
 
+// jobQueue is the part of the spool that holds the executor's jobs.
+type jobQueue interface {
+	ClaimNext(ctx context.Context) (spool.Job, bool, error)
+	SetFingerprint(ctx context.Context, id, fingerprint, artifactID string) error
+	SetProgress(ctx context.Context, id, phase string, progress int, report *spool.Report) error
+	AddReport(ctx context.Context, id string, r spool.Report) error
+	Finish(ctx context.Context, id string, state spool.State, phase, errMsg string, report spool.Report) error
+	Requeue(ctx context.Context, id string) error
+}
+
+// artifactIndex is the part of the spool that records published artifacts.
+type artifactIndex interface {
+	ArtifactByFingerprint(ctx context.Context, fingerprint string) (spool.Artifact, error)
+	PutArtifact(ctx context.Context, a spool.Artifact) error
+	DeleteArtifact(ctx context.Context, id string) error
+}
+
+// waker is told that reports were queued.
+type waker interface {
+	Wake()
+}
+
+var (
+	_ jobQueue      = (*spool.Spool)(nil)
+	_ artifactIndex = (*spool.Spool)(nil)
+)
+
+// execMetrics are the series the executor updates.
+type execMetrics struct {
+	running       prometheus.Gauge
+	phaseDuration *prometheus.HistogramVec
+	dedup         *prometheus.CounterVec
+	finished      *prometheus.CounterVec
+	interrupted   prometheus.Counter
+}
+
+// executorDeps are the executor's collaborators.
+type executorDeps struct {
+	jobs      jobQueue
+	artifacts artifactIndex
+	builder   Builder
+	// reporter is woken when a report is queued.
+	reporter waker
+	// settings is read at each use, so a reload takes effect at once.
+	settings func() config.Build
+	logger   *slog.Logger
+	metrics  execMetrics
+}
+
 // errStopping marks work abandoned because the agent is stopping.
 var errStopping = errors.New("agent is stopping")
 
 // executor runs queued jobs on a bounded set of workers, oldest first, and
 // runs one build per fingerprint however many jobs want it.
 type executor struct {
-	a *Agent
+	executorDeps
 
 	mu sync.Mutex
 	// running maps job ids to their cancel functions.
@@ -53,13 +105,13 @@ type flight struct {
 	phase string
 }
 
-func newExecutor(a *Agent) *executor {
+func newExecutor(d executorDeps) *executor {
 	return &executor{
-		a:        a,
-		running:  map[string]context.CancelFunc{},
-		flights:  map[string]*flight{},
-		building: map[string]bool{},
-		wake:     make(chan struct{}, 1),
+		executorDeps: d,
+		running:      map[string]context.CancelFunc{},
+		flights:      map[string]*flight{},
+		building:     map[string]bool{},
+		wake:         make(chan struct{}, 1),
 	}
 }
 
@@ -81,11 +133,11 @@ func (e *executor) runningCount() int {
 // run under ctx too: cancelling it interrupts them.
 func (e *executor) dispatch(ctx context.Context) {
 	for {
-		for ctx.Err() == nil && e.runningCount() < e.a.config().Build.MaxConcurrentBuilds {
-			job, ok, err := e.a.spool.ClaimNext(ctx)
+		for ctx.Err() == nil && e.runningCount() < e.settings().MaxConcurrentBuilds {
+			job, ok, err := e.jobs.ClaimNext(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
-					e.a.logger.Error("claim next job", "err", err)
+					e.logger.Error("claim next job", "err", err)
 				}
 				break
 			}
@@ -108,7 +160,7 @@ func (e *executor) start(ctx context.Context, job spool.Job) {
 	e.mu.Lock()
 	e.running[job.ID] = cancel
 	e.mu.Unlock()
-	e.a.metrics.running.Inc()
+	e.metrics.running.Inc()
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -117,7 +169,7 @@ func (e *executor) start(ctx context.Context, job spool.Job) {
 			e.mu.Lock()
 			delete(e.running, job.ID)
 			e.mu.Unlock()
-			e.a.metrics.running.Dec()
+			e.metrics.running.Dec()
 			e.Wake()
 		}()
 		e.run(jobCtx, job)
@@ -155,9 +207,9 @@ type jobRun struct {
 // run drives one job to a terminal report, or back to the queue when the
 // agent stops under it.
 func (e *executor) run(ctx context.Context, job spool.Job) {
-	r := &jobRun{e: e, job: job, log: e.a.logger.With("job_id", job.ID, "attempt", job.Attempts),
+	r := &jobRun{e: e, job: job, log: e.logger.With("job_id", job.ID, "attempt", job.Attempts),
 		phase: api.PhasePulling, flush: make(chan struct{}, 1)}
-	if job.Attempts > e.a.config().Build.MaxAttempts {
+	if job.Attempts > e.settings().MaxAttempts {
 		r.fail(ctx, job.Phase, fmt.Sprintf("build interrupted %d times (agent stopped or crashed during it); giving up", job.Attempts-1))
 		return
 	}
@@ -191,21 +243,21 @@ func (e *executor) run(ctx context.Context, job spool.Job) {
 // execute runs the phases up to a published (or reused) artifact; on error
 // it returns the phase that failed.
 func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
-	a := r.e.a
+	e := r.e
 	t := &r.build.Template
 
 	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
 	began := time.Now()
-	img, err := a.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
+	img, err := e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
 	if err != nil {
 		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
 	}
-	a.metrics.phaseDuration.WithLabelValues("resolve").Observe(time.Since(began).Seconds())
+	e.metrics.phaseDuration.WithLabelValues("resolve").Observe(time.Since(began).Seconds())
 
 	r.setPhase(ctx, api.PhaseUnpacking, api.ProgressUnpacking)
 	var ca *rootfs.CA
 	if t.WantsCA() {
-		if ca, err = a.builder.LoadCA(ctx); err != nil {
+		if ca, err = e.builder.LoadCA(ctx); err != nil {
 			return nil, api.PhaseUnpacking, fmt.Errorf("load cube egress CA: %w", err)
 		}
 	}
@@ -216,14 +268,14 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	fp := api.Fingerprint(t, img.Digest, caFP, r.build.EnvdSHA)
 	artifactID := api.ArtifactID(fp)
 	r.log = r.log.With("artifact_id", artifactID)
-	if err := a.spool.SetFingerprint(ctx, r.job.ID, fp, artifactID); err != nil {
+	if err := e.jobs.SetFingerprint(ctx, r.job.ID, fp, artifactID); err != nil {
 		return nil, api.PhaseUnpacking, err
 	}
 	r.report(ctx, spool.KindFingerprint, api.FingerprintReport(artifactID, fp, img.Digest))
 
 	for {
 		if built, ok := r.e.reusable(ctx, fp, r.log); ok {
-			a.metrics.dedup.WithLabelValues("reuse").Inc()
+			e.metrics.dedup.WithLabelValues("reuse").Inc()
 			r.log.Info("reusing published artifact", "path", built.Ext4Path)
 			return built, api.PhaseReady, nil
 		}
@@ -243,7 +295,7 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 		case <-fl.done:
 		}
 		if fl.err == nil {
-			a.metrics.dedup.WithLabelValues("inflight").Inc()
+			e.metrics.dedup.WithLabelValues("inflight").Inc()
 			return fl.built, api.PhaseReady, nil
 		}
 		if !errors.Is(fl.err, errStopping) && !errors.Is(fl.err, context.Canceled) {
@@ -255,10 +307,10 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 
 // buildArtifact runs the image build as the leader of its fingerprint.
 func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
-	a := r.e.a
+	e := r.e
 	r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressBuilding)
 	began := time.Now()
-	art, err := a.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
+	art, err := e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
 		Envd: r.build.EnvdData, CA: ca}, r.onProgress)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -266,7 +318,7 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 		}
 		return nil, fmt.Errorf("build image: %w", err)
 	}
-	a.metrics.phaseDuration.WithLabelValues("build").Observe(time.Since(began).Seconds())
+	e.metrics.phaseDuration.WithLabelValues("build").Observe(time.Since(began).Seconds())
 	cfgJSON, err := json.Marshal(img.Config)
 	if err != nil {
 		return nil, fmt.Errorf("encode image config: %w", err)
@@ -280,7 +332,7 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 		built.CAFingerprint = ca.Fingerprint
 	}
 	record, _ := json.Marshal(built)
-	if err := a.spool.PutArtifact(context.WithoutCancel(ctx), spool.Artifact{ID: art.ID, Fingerprint: fp, Path: art.Path,
+	if err := e.artifacts.PutArtifact(context.WithoutCancel(ctx), spool.Artifact{ID: art.ID, Fingerprint: fp, Path: art.Path,
 		SHA256: art.SHA256, Size: art.Size, ModTime: art.ModTime, Result: record}); err != nil {
 		return nil, fmt.Errorf("record artifact: %w", err)
 	}
@@ -328,7 +380,7 @@ func (e *executor) withArtifactIdle(artifactID string, fn func()) bool {
 // one published: same size and modification time, or failing that the same
 // SHA-256.
 func (e *executor) reusable(ctx context.Context, fp string, log *slog.Logger) (*api.Built, bool) {
-	sp := e.a.spool
+	sp := e.artifacts
 	rec, err := sp.ArtifactByFingerprint(ctx, fp)
 	if err != nil {
 		if !errors.Is(err, spool.ErrNotFound) {
@@ -401,7 +453,7 @@ func (r *jobRun) onProgress(p rootfs.Progress) {
 // progress.
 func (r *jobRun) heartbeat(ctx context.Context) {
 	for {
-		interval := r.e.a.config().Build.HeartbeatInterval
+		interval := r.e.settings().HeartbeatInterval
 		timer := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
@@ -427,13 +479,13 @@ func (r *jobRun) persistProgress(ctx context.Context, send bool) {
 	if send {
 		rep = &spool.Report{Kind: spool.KindStatus, Body: api.RunningReport(phase, progress).Encode()}
 	}
-	if err := r.e.a.spool.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
+	if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("record progress", "err", err)
 		}
 		return
 	}
-	r.e.a.reporter.Wake()
+	r.e.reporter.Wake()
 }
 
 // persistPull queues the latest download progress when it changed since
@@ -443,7 +495,7 @@ func (r *jobRun) persistPull(ctx context.Context, final bool) {
 	r.mu.Lock()
 	p := r.pull
 	if p == nil || (r.pullSent != nil && *r.pullSent == *p) ||
-		(!final && !p.Done && time.Since(r.pullSentAt) < r.e.a.config().Build.HeartbeatInterval/2) {
+		(!final && !p.Done && time.Since(r.pullSentAt) < r.e.settings().HeartbeatInterval/2) {
 		r.mu.Unlock()
 		return
 	}
@@ -456,13 +508,13 @@ func (r *jobRun) persistPull(ctx context.Context, final bool) {
 
 // report queues a non-terminal report.
 func (r *jobRun) report(ctx context.Context, kind string, body api.Report) {
-	if err := r.e.a.spool.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body.Encode()}); err != nil {
+	if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body.Encode()}); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("queue report", "kind", kind, "err", err)
 		}
 		return
 	}
-	r.e.a.reporter.Wake()
+	r.e.reporter.Wake()
 }
 
 // succeed ends the job with a BUILT report carrying this job's download
@@ -483,17 +535,17 @@ func (r *jobRun) fail(ctx context.Context, phase, message string) {
 }
 
 func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg string, rep api.Report) {
-	a := r.e.a
+	e := r.e
 	// The terminal report must be recorded even when the job context ends.
 	ctx = context.WithoutCancel(ctx)
-	if err := a.spool.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: rep.Encode()}); err != nil {
+	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: rep.Encode()}); err != nil {
 		// The job stays "running" in the spool and is resumed at the next
 		// start, so the terminal report is produced then.
 		r.log.Error("record job result", "err", err)
 		return
 	}
-	a.metrics.finished.WithLabelValues(string(state)).Inc()
-	a.reporter.Wake()
+	e.metrics.finished.WithLabelValues(string(state)).Inc()
+	e.reporter.Wake()
 	if state == spool.StateBuilt {
 		r.log.Info("build finished", "took", time.Since(r.job.StartedAt).Round(time.Millisecond))
 	}
@@ -501,11 +553,11 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 
 // interrupted puts the job back in the queue for the next start.
 func (r *jobRun) interrupted() {
-	a := r.e.a
-	if err := a.spool.Requeue(context.Background(), r.job.ID); err != nil {
+	e := r.e
+	if err := e.jobs.Requeue(context.Background(), r.job.ID); err != nil {
 		r.log.Error("requeue interrupted job", "err", err)
 		return
 	}
-	a.metrics.interrupted.Inc()
+	e.metrics.interrupted.Inc()
 	r.log.Info("build interrupted by shutdown, job requeued", "phase", r.phaseNow())
 }
