@@ -1,6 +1,9 @@
 package api
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // Job statuses and phases the agent reports. CubeMaster, not the agent,
 // moves a job to READY after distribution.
@@ -26,10 +29,13 @@ const (
 // Report is one status callback body: a flat JSON object.
 type Report map[string]any
 
-// Encode renders the report; it cannot fail for the value types used here.
-func (r Report) Encode() []byte {
-	data, _ := json.Marshal(r)
-	return data
+// Encode renders the report.
+func (r Report) Encode() ([]byte, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode report: %w", err)
+	}
+	return data, nil
 }
 
 // RunningReport says the job is in a phase at a progress percentage.
@@ -68,19 +74,22 @@ func FailedReport(phase, message string) Report {
 	return Report{"status": StatusFailed, "phase": phase, "progress": ProgressDone, "error_message": message}
 }
 
-// Built describes a published artifact for the BUILT report.
+// Built describes a published artifact for the BUILT report. The agent also
+// stores it in the spool (spool.Artifact.Result) to reuse the artifact; the
+// json tags fix that record's keys to the Go field names earlier releases
+// wrote, so renaming a field must keep its tag.
 type Built struct {
-	ArtifactID      string
-	Fingerprint     string
-	SourceDigest    string
-	Ext4Path        string
-	Ext4SHA256      string
-	Ext4SizeBytes   int64
-	ImageConfigJSON string
-	MasterNodeIP    string
-	CABaked         bool
-	CAFingerprint   string
-	CATargets       int
+	ArtifactID      string `json:"ArtifactID"`
+	Fingerprint     string `json:"Fingerprint"`
+	SourceDigest    string `json:"SourceDigest"`
+	Ext4Path        string `json:"Ext4Path"`
+	Ext4SHA256      string `json:"Ext4SHA256"`
+	Ext4SizeBytes   int64  `json:"Ext4SizeBytes"`
+	ImageConfigJSON string `json:"ImageConfigJSON"`
+	MasterNodeIP    string `json:"MasterNodeIP"`
+	CABaked         bool   `json:"CABaked"`
+	CAFingerprint   string `json:"CAFingerprint"`
+	CATargets       int    `json:"CATargets"`
 }
 
 // BuiltReport ends a job successfully.
