@@ -62,7 +62,10 @@ func TestBuildSuccessReportsInOrder(t *testing.T) {
 	img, _ := h.builder.Resolve(context.Background(), rootfs.Source{Ref: "busybox:1"})
 	var req api.TemplateRequest
 	json.Unmarshal(mustJSON(t, buildBody("job-1", "busybox:1")["request"]), &req)
-	fp := api.Fingerprint(&req, img.Digest, "0123456789abcdef", "")
+	fp, err := api.Fingerprint(&req, img.Digest, "0123456789abcdef", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantPath := filepath.Join(h.cfg.Store.Dir, api.ArtifactID(fp), api.ArtifactID(fp)+".ext4")
 	checks := map[string]any{
 		"artifact_id": api.ArtifactID(fp), "artifact_status": "READY", "template_spec_fingerprint": fp,

@@ -265,7 +265,10 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	if ca != nil {
 		caFP = ca.Fingerprint
 	}
-	fp := api.Fingerprint(t, img.Digest, caFP, r.build.EnvdSHA)
+	fp, err := api.Fingerprint(t, img.Digest, caFP, r.build.EnvdSHA)
+	if err != nil {
+		return nil, api.PhaseUnpacking, err
+	}
 	artifactID := api.ArtifactID(fp)
 	r.log = r.log.With("artifact_id", artifactID)
 	if err := e.jobs.SetFingerprint(ctx, r.job.ID, fp, artifactID); err != nil {
@@ -331,7 +334,10 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 	if ca != nil {
 		built.CAFingerprint = ca.Fingerprint
 	}
-	record, _ := json.Marshal(built)
+	record, err := json.Marshal(built)
+	if err != nil {
+		return nil, fmt.Errorf("encode artifact record: %w", err)
+	}
 	if err := e.artifacts.PutArtifact(context.WithoutCancel(ctx), spool.Artifact{ID: art.ID, Fingerprint: fp, Path: art.Path,
 		SHA256: art.SHA256, Size: art.Size, ModTime: art.ModTime, Result: record}); err != nil {
 		return nil, fmt.Errorf("record artifact: %w", err)
@@ -477,7 +483,12 @@ func (r *jobRun) persistProgress(ctx context.Context, send bool) {
 	r.mu.Unlock()
 	var rep *spool.Report
 	if send {
-		rep = &spool.Report{Kind: spool.KindStatus, Body: api.RunningReport(phase, progress).Encode()}
+		body, err := api.RunningReport(phase, progress).Encode()
+		if err != nil {
+			r.log.Warn("record progress", "err", err)
+			return
+		}
+		rep = &spool.Report{Kind: spool.KindStatus, Body: body}
 	}
 	if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
 		if ctx.Err() == nil {
@@ -507,8 +518,13 @@ func (r *jobRun) persistPull(ctx context.Context, final bool) {
 }
 
 // report queues a non-terminal report.
-func (r *jobRun) report(ctx context.Context, kind string, body api.Report) {
-	if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body.Encode()}); err != nil {
+func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) {
+	body, err := rep.Encode()
+	if err != nil {
+		r.log.Warn("queue report", "kind", kind, "err", err)
+		return
+	}
+	if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body}); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("queue report", "kind", kind, "err", err)
 		}
@@ -538,7 +554,12 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 	e := r.e
 	// The terminal report must be recorded even when the job context ends.
 	ctx = context.WithoutCancel(ctx)
-	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: rep.Encode()}); err != nil {
+	body, err := rep.Encode()
+	if err != nil {
+		r.log.Error("record job result", "err", err)
+		return
+	}
+	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: body}); err != nil {
 		// The job stays "running" in the spool and is resumed at the next
 		// start, so the terminal report is produced then.
 		r.log.Error("record job result", "err", err)

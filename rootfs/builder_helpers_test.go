@@ -107,7 +107,11 @@ func specOf(img *rootfs.Image, ref string, envd []byte, ca *rootfs.CA) rootfs.Sp
 		caFP = ca.Fingerprint
 	}
 	tmpl := api.TemplateRequest{SourceImageRef: ref, WritableLayerSize: "1Gi", InstanceType: "cubebox"}
-	fp := api.Fingerprint(&tmpl, img.Digest, caFP, envdSHA)
+	fp, err := api.Fingerprint(&tmpl, img.Digest, caFP, envdSHA)
+	if err != nil {
+		// specOf runs in build goroutines too, where t.Fatal may not.
+		panic(err)
+	}
 	return rootfs.Spec{Image: img, ArtifactID: api.ArtifactID(fp), Fingerprint: fp, Envd: envd, CA: ca}
 }
 

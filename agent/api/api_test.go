@@ -45,24 +45,44 @@ func TestFingerprintMatchesCubeMasterEncoding(t *testing.T) {
 		`"run_as_user":{"value":1000}},"probe":{"probe_handler":{"http_get":{"path":"/healthz","port":8080}},"period_ms":500},` +
 		`"annotations":{"a":"\u003cb\u003e\u0026","z":"1"},"volume_mounts":[{"name":"data","container_path":"/data","readonly":true,"propagation":1}],` +
 		`"r_limit":{"no_file":65536}},"cube_egress_ca_fingerprint":"cafp","envd_binary_sha256":"envdsha"}`
-	if got, want := Fingerprint(&tr, "docker.io/library/nginx@sha256:abc", "cafp", "envdsha"), sha(canonical); got != want {
+	if got, want := fingerprint(t, &tr, "docker.io/library/nginx@sha256:abc", "cafp", "envdsha"), sha(canonical); got != want {
 		t.Errorf("Fingerprint = %s, want sha256 of\n%s\n= %s", got, canonical, want)
 	}
 
 	var minimal TemplateRequest
 	json.Unmarshal([]byte(`{"source_image_ref":"x","writable_layer_size":"1Gi"}`), &minimal)
 	const minimalCanonical = `{"source_image_digest":"d","writable_layer_size":"1Gi","instance_type":"","network_type":""}`
-	if got := Fingerprint(&minimal, "d", "", ""); got != sha(minimalCanonical) {
+	if got := fingerprint(t, &minimal, "d", "", ""); got != sha(minimalCanonical) {
 		t.Errorf("minimal Fingerprint = %s, want sha256(%s)", got, minimalCanonical)
 	}
 	var emptyOverrides TemplateRequest
 	json.Unmarshal([]byte(`{"writable_layer_size":"1Gi","container_overrides":{}}`), &emptyOverrides)
-	if got, want := Fingerprint(&emptyOverrides, "d", "", ""), sha(`{"source_image_digest":"d","writable_layer_size":"1Gi","instance_type":"","network_type":"","container_overrides":{}}`); got != want {
+	if got, want := fingerprint(t, &emptyOverrides, "d", "", ""), sha(`{"source_image_digest":"d","writable_layer_size":"1Gi","instance_type":"","network_type":"","container_overrides":{}}`); got != want {
 		t.Errorf("empty overrides object must stay in the payload: got %s want %s", got, want)
 	}
 	if id := ArtifactID(sha(canonical)); id != "rfs-"+sha(canonical)[:24] {
 		t.Errorf("ArtifactID = %s", id)
 	}
+}
+
+// fingerprint is Fingerprint failing t on an error.
+func fingerprint(t *testing.T, tr *TemplateRequest, digest, caFP, envdSHA string) string {
+	t.Helper()
+	fp, err := Fingerprint(tr, digest, caFP, envdSHA)
+	if err != nil {
+		t.Fatalf("Fingerprint: %v", err)
+	}
+	return fp
+}
+
+// encode is Report.Encode failing t on an error.
+func encode(t *testing.T, r Report) []byte {
+	t.Helper()
+	data, err := r.Encode()
+	if err != nil {
+		t.Fatalf("Encode: %v", err)
+	}
+	return data
 }
 
 func TestParseBuild(t *testing.T) {
@@ -160,11 +180,11 @@ func TestValidArtifactIDAndBaseURL(t *testing.T) {
 
 func TestReportBodies(t *testing.T) {
 	var got map[string]any
-	json.Unmarshal(FailedReport("PULLING", "boom").Encode(), &got)
+	json.Unmarshal(encode(t, FailedReport("PULLING", "boom")), &got)
 	if got["status"] != "FAILED" || got["phase"] != "PULLING" || got["progress"] != float64(100) || got["error_message"] != "boom" || len(got) != 4 {
 		t.Errorf("FailedReport = %v", got)
 	}
-	json.Unmarshal(BuiltReport(Built{ArtifactID: "a", Ext4SizeBytes: 7}).Encode(), &got)
+	json.Unmarshal(encode(t, BuiltReport(Built{ArtifactID: "a", Ext4SizeBytes: 7})), &got)
 	for _, k := range []string{"status", "phase", "progress", "artifact_id", "artifact_status", "template_spec_fingerprint",
 		"source_image_digest", "ext4_path", "ext4_sha256", "ext4_size_bytes", "image_config_json", "master_node_ip",
 		"cube_egress_ca_baked", "cube_egress_ca_fingerprint", "cube_egress_ca_targets_written"} {
@@ -172,7 +192,7 @@ func TestReportBodies(t *testing.T) {
 			t.Errorf("BUILT report lacks %s", k)
 		}
 	}
-	json.Unmarshal(PullReport(Pull{TotalBytes: 10, DownloadedBytes: 5, TotalLayers: 2, CompletedLayers: 1, SpeedBPS: 3}).Encode(), &got)
+	json.Unmarshal(encode(t, PullReport(Pull{TotalBytes: 10, DownloadedBytes: 5, TotalLayers: 2, CompletedLayers: 1, SpeedBPS: 3})), &got)
 	if got["pull_total_bytes"] != float64(10) || got["pull_speed_bps"] != float64(3) {
 		t.Errorf("PullReport = %v", got)
 	}

@@ -154,7 +154,7 @@ func IsValidation(err error) bool {
 // Fingerprint is the template spec fingerprint: the SHA-256 of the JSON
 // encoding of exactly these fields in this order, as CubeMaster computes it,
 // so both sides key artifacts identically.
-func Fingerprint(t *TemplateRequest, sourceImageDigest, caFingerprint, envdSHA string) string {
+func Fingerprint(t *TemplateRequest, sourceImageDigest, caFingerprint, envdSHA string) (string, error) {
 	payload := struct {
 		SourceImageDigest       string              `json:"source_image_digest"`
 		WritableLayerSize       string              `json:"writable_layer_size"`
@@ -166,10 +166,12 @@ func Fingerprint(t *TemplateRequest, sourceImageDigest, caFingerprint, envdSHA s
 		EnvdBinarySHA256        string              `json:"envd_binary_sha256,omitempty"`
 	}{sourceImageDigest, t.WritableLayerSize, t.ExposedPorts, t.InstanceType, t.NetworkType,
 		t.ContainerOverrides, caFingerprint, envdSHA}
-	// Marshal cannot fail on these types.
-	data, _ := json.Marshal(payload)
+	data, err := json.Marshal(payload)
+	if err != nil {
+		return "", fmt.Errorf("encode fingerprint payload: %w", err)
+	}
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // ArtifactID names the artifact of a fingerprint: deterministic, so the same

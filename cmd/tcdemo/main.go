@@ -124,11 +124,14 @@ func run(binary, out string) error {
 	fmt.Printf("3. templatecenter agent (pid %d) healthy at %s, log in %s\n", agent.Process.Pid, base, logPath)
 
 	jobID := fmt.Sprintf("demo-%d", time.Now().Unix())
-	body, _ := json.Marshal(map[string]any{
+	body, err := json.Marshal(map[string]any{
 		"job_id": jobID, "download_base_url": master.URL(),
 		"request": map[string]any{"requestID": "demo", "source_image_ref": "http://" + ref, "writable_layer_size": "1Gi",
 			"instance_type": "cubebox", "network_type": "tap", "template_id": "tpl-demo"},
 	})
+	if err != nil {
+		return fmt.Errorf("encode build request: %w", err)
+	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/tc/api/v1/build", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Cube-Template-Callback-Token", token)
@@ -149,7 +152,10 @@ func run(binary, out string) error {
 	}
 	fmt.Println("5. status reports CubeMaster received:")
 	for _, c := range master.Callbacks(jobID) {
-		line, _ := json.Marshal(c.Body)
+		line, err := json.Marshal(c.Body)
+		if err != nil {
+			return fmt.Errorf("encode report of %s: %w", jobID, err)
+		}
 		fmt.Printf("   %s\n", line)
 	}
 	if final.Field("status") != "BUILT" {

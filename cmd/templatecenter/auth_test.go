@@ -19,7 +19,7 @@ func TestSharedToken(t *testing.T) {
 		build := h.baseURL() + "/tc/api/v1/build"
 
 		for _, token := range []string{"", "wrong-token"} {
-			status, body := call(t, http.MethodPost, build, token, buildBody("unauthorized-1", unreachableImage))
+			status, body := call(t, http.MethodPost, build, token, buildBody(t, "unauthorized-1", unreachableImage))
 			if status != http.StatusUnauthorized || body["error"] != "invalid or missing shared token" {
 				t.Errorf("POST build with token %q = %d %v, want 401 invalid or missing shared token", token, status, body)
 			}
@@ -53,7 +53,7 @@ func TestSharedToken(t *testing.T) {
 		h := newHarness(t, cm.URL(), "")
 		p := h.startAgent("agent", "CUBE_TC_CALLBACK_TOKEN="+testToken)
 		p.waitLine(t, "level=WARN", "CUBE_TC_CALLBACK_TOKEN is deprecated")
-		if status, _ := call(t, http.MethodPost, h.baseURL()+"/tc/api/v1/build", "", buildBody("legacy-0", unreachableImage)); status != http.StatusUnauthorized {
+		if status, _ := call(t, http.MethodPost, h.baseURL()+"/tc/api/v1/build", "", buildBody(t, "legacy-0", unreachableImage)); status != http.StatusUnauthorized {
 			t.Errorf("POST build without the token = %d, want 401", status)
 		}
 		submit(t, h.baseURL(), testToken, "legacy-1", unreachableImage)
@@ -70,7 +70,7 @@ func TestSharedToken(t *testing.T) {
 		p := h.startAgent("agent")
 		p.waitLine(t, "level=WARN", "CUBE_TEMPLATE_CALLBACK_TOKEN is not set")
 		for _, token := range []string{"", "some-token"} {
-			status, body := call(t, http.MethodPost, h.baseURL()+"/tc/api/v1/build", token, buildBody("untrusted-1", unreachableImage))
+			status, body := call(t, http.MethodPost, h.baseURL()+"/tc/api/v1/build", token, buildBody(t, "untrusted-1", unreachableImage))
 			const want = "CUBE_TEMPLATE_CALLBACK_TOKEN is not configured on template center"
 			if status != http.StatusServiceUnavailable || body["error"] != want {
 				t.Errorf("POST build with token %q and none configured = %d %v, want 503 %q", token, status, body, want)

@@ -122,7 +122,10 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if ca != nil {
 		caFP = ca.Fingerprint
 	}
-	fp := api.Fingerprint(&tmpl, img.Digest, caFP, envdSHA)
+	fp, err := api.Fingerprint(&tmpl, img.Digest, caFP, envdSHA)
+	if err != nil {
+		return err
+	}
 	art, err := b.Build(ctx, rootfs.Spec{Image: img, ArtifactID: api.ArtifactID(fp), Fingerprint: fp, Envd: envd, CA: ca}, bar.update)
 	bar.done()
 	if err != nil {

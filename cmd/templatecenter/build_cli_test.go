@@ -191,8 +191,8 @@ func TestBuildCLIOCILayout(t *testing.T) {
 		t.Errorf("source_image_digest = %q, want %q", got.SourceDigest, want)
 	}
 	tmpl := api.TemplateRequest{SourceImageRef: ref, WritableLayerSize: "20Gi"}
-	if want := api.Fingerprint(&tmpl, got.SourceDigest, "", ""); got.Fingerprint != want {
-		t.Errorf("template_spec_fingerprint = %s, want %s (upstream's formula)", got.Fingerprint, want)
+	if want, err := api.Fingerprint(&tmpl, got.SourceDigest, "", ""); err != nil || got.Fingerprint != want {
+		t.Errorf("template_spec_fingerprint = %s, want %s (upstream's formula; Fingerprint err %v)", got.Fingerprint, want, err)
 	}
 	if got.CABaked {
 		t.Error("cube_egress_ca_baked with --no-ca")

@@ -383,8 +383,9 @@ func startCubeMaster(t testing.TB, token string) *cubemaster.Server {
 
 // buildBody is a valid build request for jobID of image; the egress CA is
 // not asked for, so no CA file is needed.
-func buildBody(jobID, image string) []byte {
-	body, _ := json.Marshal(map[string]any{
+func buildBody(t testing.TB, jobID, image string) []byte {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{
 		"job_id": jobID,
 		"request": map[string]any{
 			"requestID":           "req-" + jobID,
@@ -398,6 +399,9 @@ func buildBody(jobID, image string) []byte {
 		},
 		"download_base_url": "127.0.0.1:8089",
 	})
+	if err != nil {
+		t.Fatalf("encode build request: %v", err)
+	}
 	return body
 }
 
@@ -434,7 +438,7 @@ func call(t testing.TB, method, url, token string, body []byte) (int, map[string
 // submit posts a build of image and fails unless it is accepted with 200.
 func submit(t testing.TB, base, token, jobID, image string) {
 	t.Helper()
-	status, body := call(t, http.MethodPost, base+"/tc/api/v1/build", token, buildBody(jobID, image))
+	status, body := call(t, http.MethodPost, base+"/tc/api/v1/build", token, buildBody(t, jobID, image))
 	if status != http.StatusOK || body["status"] != "accepted" || body["job_id"] != jobID {
 		t.Fatalf("POST /tc/api/v1/build %s = %d %v, want 200 {status:accepted job_id:%s}", jobID, status, body, jobID)
 	}

@@ -138,13 +138,16 @@ func (w *world) submit(jobID string) {
 	w.t.Helper()
 	// A distinct exposed port per job gives each its own template
 	// fingerprint, so every job builds rather than reusing an artifact.
-	body, _ := json.Marshal(map[string]any{
+	body, err := json.Marshal(map[string]any{
 		"job_id": jobID,
 		"request": map[string]any{"requestID": "req-" + jobID, "source_image_ref": w.image,
 			"writable_layer_size": "1Gi", "instance_type": "cubebox", "network_type": "tap",
 			"exposed_ports": []int{8000 + len(w.jobs)}},
 		"download_base_url": "127.0.0.1:8089",
 	})
+	if err != nil {
+		w.t.Fatalf("encode build request: %v", err)
+	}
 	req, _ := http.NewRequest(http.MethodPost, agentURL+"/tc/api/v1/build", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Cube-Template-Callback-Token", token)
