@@ -1,8 +1,6 @@
 package ext4
 
 import (
-	"context"
-	"io"
 	"os"
 	"time"
 )
@@ -125,26 +123,8 @@ type Stats struct {
 	InodesFree  uint32
 }
 
-// Writer produces one ext4 image in a single pass: file data first, as the
-// caller streams it, then all metadata in Finish.
-type Writer interface {
-	// WriteData allocates blocks for size bytes read from r and writes them
-	// to the image. Whole zero blocks become holes. It fails if r yields
-	// fewer than size bytes.
-	WriteData(ctx context.Context, r io.Reader, size int64) (Data, error)
-	// Release returns the blocks of content that is no longer referenced
-	// (an overwritten or deleted file) for reuse by later WriteData calls.
-	Release(d Data)
-	// OpenData reads back content written earlier (holes read as zeros).
-	OpenData(d Data, size int64) io.Reader
-	// Finish writes every inode, directory, bitmap, descriptor and the
-	// superblock for the tree under root, sizes the file and syncs it
-	// (unless Options.NoSync).
-	Finish(ctx context.Context, root *Node) (Stats, error)
-}
-
 // NewWriter starts an image in f, which must be empty and is owned by the
 // Writer until Finish returns.
-func NewWriter(f *os.File, opts Options) (Writer, error) {
-	return newWriter(f, opts)
+func NewWriter(f *os.File, opts Options) (*Writer, error) {
+	return openWriter(f, opts)
 }

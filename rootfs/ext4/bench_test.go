@@ -112,7 +112,7 @@ func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
 // benchTree builds 100,000 one-block files in 1,000 directories. Their
 // Data points at made-up blocks: Finish only lays out metadata around
 // them, so the content itself is not needed.
-func benchTree(w *writer) *Node {
+func benchTree(w *Writer) *Node {
 	root := dir(map[string]*Node{})
 	for d := 0; d < 1000; d++ {
 		sub := dir(map[string]*Node{})
@@ -159,7 +159,7 @@ func TestBenchTreeIsClean(t *testing.T) {
 		t.Skip("100,000 inodes")
 	}
 	im := newImage(t, testOptions())
-	im.finish(benchTree(im.w.(*writer)))
+	im.finish(benchTree(im.w))
 	fsck(t, im.path)
 }
 

@@ -92,8 +92,8 @@ func TestShortReadReleasesBlocks(t *testing.T) {
 		t.Fatalf("WriteData of a short reader: %v, want ErrUnexpectedEOF", err)
 	}
 	n := im.file(0o644, randBytes(2, 4096))
-	if got := n.Data.extents[0].physical; got != 1+im.w.(*writer).gdtReserve {
-		t.Errorf("next file at block %d, want the first data block %d (blocks of the failed write released)", got, 1+im.w.(*writer).gdtReserve)
+	if got := n.Data.extents[0].physical; got != 1+im.w.gdtReserve {
+		t.Errorf("next file at block %d, want the first data block %d (blocks of the failed write released)", got, 1+im.w.gdtReserve)
 	}
 }
 
@@ -127,7 +127,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("WriteData read %d bytes after cancellation at 8 MiB", r.n)
 	}
 	n := im.file(0o644, []byte("after"))
-	if got := n.Data.extents[0].physical; got != 1+im.w.(*writer).gdtReserve {
+	if got := n.Data.extents[0].physical; got != 1+im.w.gdtReserve {
 		t.Errorf("blocks of the cancelled write not released: next file at %d", got)
 	}
 
@@ -178,7 +178,7 @@ func TestMaxSize(t *testing.T) {
 	// Fits as data, but not with the headroom asked for.
 	b := im.file(0o644, randBytes(3, 6<<20))
 	o.HeadroomMinBlocks = 2048
-	im.w.(*writer).opts.HeadroomMinBlocks = 2048
+	im.w.opts.HeadroomMinBlocks = 2048
 	if _, err := im.w.Finish(context.Background(), dir(map[string]*Node{"a": a, "b": b})); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Finish beyond MaxSize: %v, want ErrTooLarge", err)
 	}

@@ -16,8 +16,10 @@ const (
 	checkEvery     = 4096
 )
 
-// Finish implements Writer.
-func (w *writer) Finish(ctx context.Context, root *Node) (Stats, error) {
+// Finish writes every inode, directory, bitmap, descriptor and the
+// superblock for the tree under root, sizes the file and syncs it (unless
+// Options.NoSync).
+func (w *Writer) Finish(ctx context.Context, root *Node) (Stats, error) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	w.mu.Lock()
@@ -38,7 +40,7 @@ func (w *writer) Finish(ctx context.Context, root *Node) (Stats, error) {
 
 // finisher carries the state of one Finish call.
 type finisher struct {
-	w        *writer
+	w        *Writer
 	ctx      context.Context
 	opts     *Options
 	csumSeed uint32
@@ -58,7 +60,7 @@ type finisher struct {
 	itBuf []byte // inode table staging, reused across groups
 }
 
-func (w *writer) finish(ctx context.Context, root *Node) (Stats, error) {
+func (w *Writer) finish(ctx context.Context, root *Node) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, err
 	}

@@ -35,7 +35,7 @@ type image struct {
 	t    testing.TB
 	path string
 	f    *os.File
-	w    Writer
+	w    *Writer
 }
 
 func newImage(t testing.TB, opts Options) *image {

@@ -37,7 +37,9 @@ type extent struct {
 
 var zeroBlock [BlockSize]byte
 
-type writer struct {
+// Writer produces one ext4 image in a single pass: file data first, as the
+// caller streams it (WriteData), then all metadata in Finish.
+type Writer struct {
 	// wmu serializes WriteData and Finish, which own buf. It is not held
 	// by readers, so WriteData may read from an OpenData reader.
 	wmu sync.Mutex
@@ -61,18 +63,7 @@ type writer struct {
 	done  bool
 }
 
-var _ Writer = (*writer)(nil)
-
-// newWriter backs NewWriter; it returns a nil interface on error.
-func newWriter(f *os.File, opts Options) (Writer, error) {
-	w, err := openWriter(f, opts)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-func openWriter(f *os.File, opts Options) (*writer, error) {
+func openWriter(f *os.File, opts Options) (*Writer, error) {
 	if f == nil {
 		return nil, errors.New("new ext4 writer: nil file")
 	}
@@ -104,7 +95,7 @@ func openWriter(f *os.File, opts Options) (*writer, error) {
 	}
 	maxGroups := ceilDiv(maxBlocks, blocksPerGroup)
 	reserve := ceilDiv(maxGroups*descSize, BlockSize)
-	return &writer{
+	return &Writer{
 		f:          f,
 		opts:       opts,
 		maxBlocks:  maxBlocks,
@@ -117,8 +108,10 @@ func openWriter(f *os.File, opts Options) (*writer, error) {
 
 func ceilDiv(a, b uint64) uint64 { return (a + b - 1) / b }
 
-// WriteData implements Writer.
-func (w *writer) WriteData(ctx context.Context, r io.Reader, size int64) (Data, error) {
+// WriteData allocates blocks for size bytes read from r and writes them to
+// the image. Whole zero blocks become holes. It fails if r yields fewer than
+// size bytes.
+func (w *Writer) WriteData(ctx context.Context, r io.Reader, size int64) (Data, error) {
 	if size < 0 {
 		return Data{}, fmt.Errorf("write data: negative size %d", size)
 	}
@@ -164,12 +157,12 @@ func (w *writer) WriteData(ctx context.Context, r io.Reader, size int64) (Data, 
 	return d, nil
 }
 
-func (w *writer) blk(i uint64) []byte { return w.buf[i*BlockSize : (i+1)*BlockSize] }
+func (w *Writer) blk(i uint64) []byte { return w.buf[i*BlockSize : (i+1)*BlockSize] }
 
 func isZero(b []byte) bool { return bytes.Equal(b, zeroBlock[:len(b)]) }
 
 // usable reports why the writer cannot take more calls, if it cannot.
-func (w *writer) usable() error {
+func (w *Writer) usable() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.done {
@@ -183,7 +176,7 @@ func (w *writer) usable() error {
 // final chunk) is always stored: a file ending in a hole is valid ext4, but
 // readers such as go-diskfs mishandle it, and it costs one block at most.
 // w.mu is held.
-func (w *writer) writeChunk(d *Data, logical, nb uint64, final bool) error {
+func (w *Writer) writeChunk(d *Data, logical, nb uint64, final bool) error {
 	hole := func(i uint64) bool { return isZero(w.blk(i)) && !(final && i == nb-1) }
 	for i := uint64(0); i < nb; {
 		if hole(i) {
@@ -213,7 +206,7 @@ func (w *writer) writeChunk(d *Data, logical, nb uint64, final bool) error {
 
 // stage copies data for blocks start.. into the current write job,
 // handing full jobs to the queue. w.mu is held.
-func (w *writer) stage(start uint64, data []byte) error {
+func (w *Writer) stage(start uint64, data []byte) error {
 	if err := w.q.failed(); err != nil {
 		return err
 	}
@@ -246,7 +239,7 @@ func (w *writer) stage(start uint64, data []byte) error {
 
 // flushPending submits the current job and waits until everything queued
 // is on disk, returning the first write error. w.mu is held.
-func (w *writer) flushPending() error {
+func (w *Writer) flushPending() error {
 	if w.cur != nil && len(w.cur.buf) > 0 {
 		w.q.submit(w.cur)
 		w.cur = nil
@@ -279,8 +272,9 @@ func (d *Data) addRun(logical, start, count uint64) {
 	}
 }
 
-// Release implements Writer.
-func (w *writer) Release(d Data) {
+// Release returns the blocks of content that is no longer referenced (an
+// overwritten or deleted file) for reuse by later WriteData calls.
+func (w *Writer) Release(d Data) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.done {
@@ -288,20 +282,20 @@ func (w *writer) Release(d Data) {
 	}
 }
 
-func (w *writer) release(d Data) {
+func (w *Writer) release(d Data) {
 	for _, e := range d.extents {
 		w.alloc.release(e.physical, uint64(e.length))
 	}
 }
 
-// OpenData implements Writer.
-func (w *writer) OpenData(d Data, size int64) io.Reader {
+// OpenData reads back content written earlier (holes read as zeros).
+func (w *Writer) OpenData(d Data, size int64) io.Reader {
 	return &dataReader{w: w, ext: d.extents, size: max(size, 0)}
 }
 
 // dataReader reads a file's content back from the image, holes as zeros.
 type dataReader struct {
-	w    *writer
+	w    *Writer
 	ext  []extent
 	size int64
 	pos  int64

@@ -32,7 +32,7 @@ type DataStore interface {
 	OpenData(d ext4.Data, size int64) io.Reader
 }
 
-var _ DataStore = ext4.Writer(nil)
+var _ DataStore = (*ext4.Writer)(nil)
 
 // Options configure a Tree.
 type Options struct {
