@@ -69,20 +69,13 @@ type Data struct {
 	// extents are unexported: only this package lays out and reads them.
 	extents []extent
 	blocks  uint64
-	// foreign is set on handles of stores other than a Writer.
-	foreign bool
+	// owner is the Writer that laid the content out, nil when there is
+	// none. A Writer refuses to lay out a tree holding another's Data.
+	owner *Writer
 }
 
 // Blocks reports how many data blocks the content occupies (holes excluded).
 func (d Data) Blocks() uint64 { return d.blocks }
-
-// ForeignData wraps the handle of a store that is not a Writer (an
-// in-memory store in tests, a counting sink in benchmarks) so it can travel
-// in a Node. A Writer refuses to lay out a tree that holds one.
-func ForeignData(handle uint64) Data { return Data{blocks: handle, foreign: true} }
-
-// Foreign returns the handle ForeignData wrapped, and whether d is one.
-func (d Data) Foreign() (uint64, bool) { return d.blocks, d.foreign }
 
 // Node is one inode of the tree handed to Writer.Finish. A Node reached from
 // several directories is one inode with several hard links.

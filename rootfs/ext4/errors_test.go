@@ -22,6 +22,8 @@ func TestFinishRejectsInvalidNodes(t *testing.T) {
 		return n
 	}
 	shared := dir(nil)
+	// foreign is content another Writer laid out.
+	foreign := newImage(t, testOptions()).file(0o644, []byte("x")).Data
 	cases := []struct {
 		name string
 		root *Node
@@ -45,7 +47,7 @@ func TestFinishRejectsInvalidNodes(t *testing.T) {
 		{"NilChild", dir(map[string]*Node{"n": nil}), "/n"},
 		{"DeviceOutOfRange", dir(map[string]*Node{"d": {Mode: ModeChar | 0o600, DevMajor: 5000}}), "/d"},
 		{"RootNotDir", reg(), "/"},
-		{"ForeignData", dir(map[string]*Node{"f": {Mode: ModeRegular | 0o644, Size: 1, Data: ForeignData(7)}}), "/f"},
+		{"ForeignData", dir(map[string]*Node{"f": {Mode: ModeRegular | 0o644, Size: 1, Data: foreign}}), "/f"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -66,7 +66,7 @@ func (w *Writer) finish(ctx context.Context, root *Node) (Stats, error) {
 	}
 	f := &finisher{w: w, ctx: ctx, opts: &w.opts}
 	f.csumSeed = crc32c(^uint32(0), w.opts.UUID[:])
-	p, err := buildPlan(ctx, root, &w.opts)
+	p, err := buildPlan(ctx, root, w)
 	if err != nil {
 		return Stats{}, fmt.Errorf("plan tree: %w", err)
 	}

@@ -65,7 +65,9 @@ type inode struct {
 
 // plan collects every inode of the tree in inode-number order.
 type plan struct {
-	ctx    context.Context
+	ctx context.Context
+	// owner is the Writer laying the tree out; file Data must be its own.
+	owner  *Writer
 	inodes []*inode // index ino-1; reserved slots are nil
 	byNode map[*Node]*inode
 	steps  int
@@ -132,17 +134,18 @@ func joinPath(parent, name string) string {
 
 // buildPlan validates the tree and numbers its inodes: root 2, lost+found
 // 11 (created when missing), then depth-first in byte-wise name order.
-func buildPlan(ctx context.Context, root *Node, opts *Options) (*plan, error) {
+func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
+	opts := &w.opts
 	if root == nil {
 		return nil, invalid("/", "nil root")
 	}
 	if root.Mode&ModeTypeMask != ModeDir {
 		return nil, invalid("/", "root is not a directory (mode %#o)", root.Mode)
 	}
-	if err := checkNode(root); err != "" {
+	if err := checkNode(root, w); err != "" {
 		return nil, invalid("/", "%s", err)
 	}
-	p := &plan{ctx: ctx, byNode: make(map[*Node]*inode), inodes: make([]*inode, firstIno-1)}
+	p := &plan{ctx: ctx, owner: w, byNode: make(map[*Node]*inode), inodes: make([]*inode, firstIno-1)}
 	ri := &inode{node: root, ino: rootIno, ftype: ftDir, parent: rootIno}
 	p.inodes[rootIno-1] = ri
 	p.byNode[root] = ri
@@ -221,7 +224,7 @@ func (p *plan) walk(dir *inode) error {
 		ci := p.byNode[child]
 		switch {
 		case ci == nil:
-			if err := checkNode(child); err != "" {
+			if err := checkNode(child, p.owner); err != "" {
 				return invalid(pathOf(name), "%s", err)
 			}
 			ci = &inode{node: child, ino: uint32(len(p.inodes) + 1), up: dir, name: name, ftype: fileType(child.Mode)}
@@ -232,7 +235,7 @@ func (p *plan) walk(dir *inode) error {
 			p.byNode[child] = ci
 		case ci.ino == firstIno && ci.links == 0 && dir.ino == rootIno && name == lostFound:
 			// The tree's own lost+found, numbered in advance.
-			if err := checkNode(child); err != "" {
+			if err := checkNode(child, p.owner); err != "" {
 				return invalid(pathOf(name), "%s", err)
 			}
 		case ci.ftype == ftDir:
@@ -251,8 +254,9 @@ func (p *plan) walk(dir *inode) error {
 	return nil
 }
 
-// checkNode returns what is wrong with one node's own fields, or "".
-func checkNode(n *Node) string {
+// checkNode returns what is wrong with one node's own fields, or "", for a
+// tree laid out by owner.
+func checkNode(n *Node, owner *Writer) string {
 	ft := fileType(n.Mode)
 	if ft == 0 {
 		return fmt.Sprintf("unknown file type in mode %#o", n.Mode)
@@ -266,7 +270,7 @@ func checkNode(n *Node) string {
 	if ft != ftRegular && n.Data.blocks != 0 {
 		return "non-regular file has data"
 	}
-	if n.Data.foreign {
+	if n.Data.owner != nil && n.Data.owner != owner {
 		return "data was not written by this writer"
 	}
 	if ft != ftSymlink && len(n.LinkTarget) != 0 {

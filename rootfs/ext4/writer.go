@@ -154,6 +154,9 @@ func (w *Writer) WriteData(ctx context.Context, r io.Reader, size int64) (Data, 
 		logical += nb
 		remaining -= n
 	}
+	if len(d.extents) > 0 {
+		d.owner = w
+	}
 	return d, nil
 }
 

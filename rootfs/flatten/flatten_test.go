@@ -56,7 +56,7 @@ func checkStore(t testing.TB, tree *flatten.Tree, store *fstest.MemStore) {
 	var walk func(n *ext4.Node)
 	walk = func(n *ext4.Node) {
 		if n.Mode&ext4.ModeTypeMask == ext4.ModeRegular {
-			referenced[fstest.DataID(n.Data)] = true
+			referenced[store.DataID(n.Data)] = true
 		}
 		for _, c := range n.Children {
 			walk(c)

@@ -3,9 +3,11 @@ package fstest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
@@ -15,15 +17,46 @@ import (
 // as the ext4 writer turns them into holes.
 const storeBlock = ext4.BlockSize
 
-// DataID is the handle a MemStore or DiscardStore put into an ext4.Data
-// (0 for the zero Data).
-func DataID(d ext4.Data) uint64 {
-	id, _ := d.Foreign()
-	return id
+// DataID is the handle s put into an ext4.Data (0 for the zero Data).
+func (s *MemStore) DataID(d ext4.Data) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dataID(d)
 }
 
-// makeData wraps an in-memory store's handle in an ext4.Data.
-func makeData(id uint64) (ext4.Data, error) { return ext4.ForeignData(id), nil }
+// dataID reads the id held by d's block of the handle image; s.mu is held.
+func (s *MemStore) dataID(d ext4.Data) uint64 {
+	if d.Blocks() == 0 || s.handles == nil {
+		return 0
+	}
+	var b [8]byte
+	if _, err := io.ReadFull(s.handles.OpenData(d, int64(len(b))), b[:]); err != nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// makeData mints the ext4.Data of handle id: one block holding id in a
+// handle image (a real ext4.Writer on an unlinked temporary file), since
+// only a Writer can make a Data. s.mu is held.
+func (s *MemStore) makeData(ctx context.Context, id uint64) (ext4.Data, error) {
+	if s.handles == nil {
+		f, err := os.CreateTemp("", "fstest-handles-*.ext4")
+		if err != nil {
+			return ext4.Data{}, fmt.Errorf("create handle image: %w", err)
+		}
+		os.Remove(f.Name())
+		w, err := ext4.NewWriter(f, ext4.Options{})
+		if err != nil {
+			f.Close()
+			return ext4.Data{}, fmt.Errorf("create handle image: %w", err)
+		}
+		s.handles = w
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], id)
+	return s.handles.WriteData(ctx, bytes.NewReader(b[:]), int64(len(b)))
+}
 
 // MemStore keeps file data in memory (zero blocks elided, so huge sparse
 // files cost little) and checks how the tree uses it: reading or releasing
@@ -34,6 +67,8 @@ type MemStore struct {
 	files    map[uint64]*memFile
 	released int
 	misuse   []string
+	// handles holds the ids behind the ext4.Data values handed out.
+	handles *ext4.Writer
 }
 
 type memFile struct {
@@ -63,7 +98,7 @@ func (s *MemStore) WriteData(ctx context.Context, r io.Reader, size int64) (ext4
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	d, err := makeData(s.next)
+	d, err := s.makeData(ctx, s.next)
 	if err != nil {
 		return d, err
 	}
@@ -75,7 +110,7 @@ func (s *MemStore) WriteData(ctx context.Context, r io.Reader, size int64) (ext4
 func (s *MemStore) Release(d ext4.Data) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	id := DataID(d)
+	id := s.dataID(d)
 	if _, ok := s.files[id]; !ok {
 		s.misuse = append(s.misuse, fmt.Sprintf("release of unknown or released data %d", id))
 		return
@@ -88,7 +123,7 @@ func (s *MemStore) Release(d ext4.Data) {
 func (s *MemStore) OpenData(d ext4.Data, size int64) io.Reader {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	id := DataID(d)
+	id := s.dataID(d)
 	f, ok := s.files[id]
 	if !ok {
 		s.misuse = append(s.misuse, fmt.Sprintf("read of unknown or released data %d", id))
@@ -154,10 +189,8 @@ var zeroBlock [storeBlock]byte
 func isZero(b []byte) bool { return bytes.Equal(b, zeroBlock[:len(b)]) }
 
 // DiscardStore reads and drops file data: for benchmarks of the tree alone.
-type DiscardStore struct {
-	mu   sync.Mutex
-	next uint64
-}
+// Every file gets the zero ext4.Data.
+type DiscardStore struct{}
 
 // WriteData implements flatten.DataStore.
 func (s *DiscardStore) WriteData(ctx context.Context, r io.Reader, size int64) (ext4.Data, error) {
@@ -165,10 +198,7 @@ func (s *DiscardStore) WriteData(ctx context.Context, r io.Reader, size int64) (
 	if err != nil {
 		return ext4.Data{}, fmt.Errorf("read data: %d of %d bytes: %w", n, size, err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.next++
-	return makeData(s.next)
+	return ext4.Data{}, nil
 }
 
 // Release implements flatten.DataStore.
