@@ -63,10 +63,11 @@ type Options struct {
 	Notify Notifier
 	// Watchdog is systemd's WatchdogSec; zero disables the pings.
 	Watchdog time.Duration
-	// PurgeEvery is how often finished jobs past spool.retention are
-	// forgotten; one hour when zero.
-	PurgeEvery time.Duration
 }
+
+// defaultPurgeEvery is how often finished jobs past spool.retention are
+// forgotten.
+const defaultPurgeEvery = time.Hour
 
 // New assembles an agent; Run starts it.
 func New(o Options) *Agent {
@@ -80,10 +81,7 @@ func New(o Options) *Agent {
 		notify:           o.Notify,
 		watchdogInterval: o.Watchdog,
 		abort:            make(chan struct{}),
-	}
-	a.purgeEvery = o.PurgeEvery
-	if a.purgeEvery <= 0 {
-		a.purgeEvery = time.Hour
+		purgeEvery:       defaultPurgeEvery,
 	}
 	if a.level == nil {
 		a.level = new(slog.LevelVar)

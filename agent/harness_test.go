@@ -124,7 +124,7 @@ type harness struct {
 	logs    *syncBuffer
 	// watchdog is passed as systemd's watchdog interval when set.
 	watchdog time.Duration
-	// purgeEvery is passed as Options.PurgeEvery.
+	// purgeEvery replaces the agent's purge interval when set.
 	purgeEvery time.Duration
 
 	notesMu sync.Mutex
@@ -212,14 +212,16 @@ func (h *harness) start() {
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger,
-		Env:        func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
-		Watchdog:   h.watchdog,
-		PurgeEvery: h.purgeEvery,
+		Env:      func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
+		Watchdog: h.watchdog,
 		Notify: func(s string) {
 			h.notesMu.Lock()
 			h.notes = append(h.notes, s)
 			h.notesMu.Unlock()
 		}})
+	if h.purgeEvery > 0 {
+		h.agent.purgeEvery = h.purgeEvery
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.done = make(chan error, 1)

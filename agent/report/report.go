@@ -179,7 +179,7 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) {
 		return
 	}
 	r.observe(OutcomeRetry, rep.Terminal)
-	delay := Backoff(rep.Attempts, s.RetryInitial, s.RetryMax)
+	delay := backoff(rep.Attempts, s.RetryInitial, s.RetryMax)
 	level := slog.LevelWarn
 	if !rep.Terminal {
 		level = slog.LevelInfo
@@ -195,9 +195,9 @@ func retryable(status int) bool {
 	return status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
 }
 
-// Backoff is the wait before attempt number attempts+1: initial doubled per
+// backoff is the wait before attempt number attempts+1: initial doubled per
 // earlier attempt, capped at max.
-func Backoff(attempts int, initial, maxDelay time.Duration) time.Duration {
+func backoff(attempts int, initial, maxDelay time.Duration) time.Duration {
 	d := initial
 	for i := 0; i < attempts && d < maxDelay; i++ {
 		d *= 2

@@ -16,12 +16,12 @@ import (
 
 func TestBackoff(t *testing.T) {
 	for attempts, want := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
-		if got := Backoff(attempts, 500*time.Millisecond, 5*time.Second); got != want {
-			t.Errorf("Backoff(%d) = %s, want %s", attempts, got, want)
+		if got := backoff(attempts, 500*time.Millisecond, 5*time.Second); got != want {
+			t.Errorf("backoff(%d) = %s, want %s", attempts, got, want)
 		}
 	}
-	if got := Backoff(1000, time.Second, time.Minute); got != time.Minute {
-		t.Errorf("Backoff(1000) = %s, want the cap", got)
+	if got := backoff(1000, time.Second, time.Minute); got != time.Minute {
+		t.Errorf("backoff(1000) = %s, want the cap", got)
 	}
 }
 

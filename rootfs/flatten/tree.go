@@ -53,7 +53,9 @@ type Tree struct {
 	// touched holds the directory entries written by the layer being
 	// applied (and their ancestors): whiteouts and opaque markers spare
 	// them. It is nil between layers.
-	touched   map[edge]struct{}
+	touched map[edge]struct{}
+	// entries and whiteouts count the tar entries and whiteout markers
+	// applied, for the tests' Stats.
 	entries   int64
 	whiteouts int64
 }
@@ -62,22 +64,6 @@ type Tree struct {
 type edge struct {
 	dir  *ext4.Node
 	name string
-}
-
-// Stats counts what a Tree holds.
-type Stats struct {
-	// Inodes is the number of distinct inodes, the root included.
-	Inodes int
-	// Dirs, Files, Symlinks, Devices (char and block), FIFOs and Sockets
-	// count distinct inodes by type.
-	Dirs, Files, Symlinks, Devices, FIFOs, Sockets int
-	// HardLinks counts directory entries beyond the first of an inode.
-	HardLinks int
-	// Bytes is the apparent size of all distinct regular files.
-	Bytes int64
-	// Entries and Whiteouts count the tar entries and whiteout markers
-	// applied since the Tree was created.
-	Entries, Whiteouts int64
 }
 
 // New returns a Tree holding only a root directory (0755, root:root)
@@ -93,41 +79,6 @@ func New(store DataStore, opts Options) *Tree {
 
 // Root returns the root directory, to hand to ext4.Writer.Finish.
 func (t *Tree) Root() *ext4.Node { return t.root }
-
-// Stats walks the tree and counts its content.
-func (t *Tree) Stats() Stats {
-	s := Stats{Entries: t.entries, Whiteouts: t.whiteouts}
-	seen := make(map[*ext4.Node]bool)
-	var walk func(n *ext4.Node)
-	walk = func(n *ext4.Node) {
-		if seen[n] {
-			s.HardLinks++
-			return
-		}
-		seen[n] = true
-		s.Inodes++
-		switch n.Mode & ext4.ModeTypeMask {
-		case ext4.ModeDir:
-			s.Dirs++
-			for _, c := range n.Children {
-				walk(c)
-			}
-		case ext4.ModeRegular:
-			s.Files++
-			s.Bytes += n.Size
-		case ext4.ModeSymlink:
-			s.Symlinks++
-		case ext4.ModeChar, ext4.ModeBlock:
-			s.Devices++
-		case ext4.ModeFIFO:
-			s.FIFOs++
-		case ext4.ModeSocket:
-			s.Sockets++
-		}
-	}
-	walk(t.root)
-	return s
-}
 
 // Lookup returns the inode at path (relative to the root; a leading "/" or
 // "./" is ignored) without following any symlink: a symlink as a non-final
