@@ -27,7 +27,6 @@ type Agent struct {
 	cfg              atomic.Pointer[config.Config]
 	env              config.Env
 	spool            *spool.Spool
-	builder          Builder
 	store            rootfs.Store
 	logger           *slog.Logger
 	level            *slog.LevelVar
@@ -74,7 +73,6 @@ func New(o Options) *Agent {
 	a := &Agent{
 		env:              o.Env,
 		spool:            o.Spool,
-		builder:          o.Builder,
 		store:            rootfs.Store(o.Config.Store.Dir),
 		logger:           o.Logger,
 		level:            o.Level,
