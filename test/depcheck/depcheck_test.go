@@ -1,0 +1,233 @@
+package depcheck
+
+import (
+	"go/build"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/cubesandbox/cubetemplatecenter"
+
+// rule says which project packages a package may import directly (its
+// non-test files). Patterns are module-relative; "x/..." matches x and
+// everything below it. The most specific rule for a package applies.
+type rule struct {
+	pkg   string
+	allow []string
+}
+
+// rules is the architecture. A package with no rule fails the test, so a
+// new package is placed in the graph on purpose.
+var rules = []rule{
+	{"cmd/templatecenter", []string{"agent", "agent/api", "agent/config", "spool", "rootfs", "rootfs/inspect"}},
+	{"cmd/tcdemo", []string{"test/..."}},
+	{"agent", []string{"agent/...", "spool", "rootfs"}},
+	{"agent/api", nil},
+	{"agent/config", nil},
+	{"agent/report", []string{"agent/api", "spool"}},
+	{"spool", nil},
+	{"rootfs", []string{"rootfs/..."}},
+	{"rootfs/...", []string{"rootfs/..."}},
+	// The leaves of rootfs: the layer cache knows no image source, the
+	// codecs and the ext4 writer know no other package of the module.
+	{"rootfs/blobcache", []string{"rootfs/layercodec", "rootfs/internal/fsutil"}},
+	{"rootfs/layercodec", nil},
+	{"rootfs/ext4", nil},
+	{"rootfs/inspect", nil},
+	// Test fixtures of rootfs may use the project's test images.
+	{"rootfs/internal/...", []string{"rootfs/...", "test/..."}},
+	{"bench/...", []string{"bench", "test/...", "rootfs/..."}},
+	{"test/...", []string{"test/..."}},
+}
+
+// never lists what may not appear anywhere among a package's transitive
+// project imports, whatever the direct rules say.
+var never = map[string][]string{
+	"agent/api": {"rootfs/...", "spool/..."},
+	"spool":     {"agent/...", "rootfs/...", "cmd/..."},
+	"rootfs":    {"agent/...", "spool/...", "cmd/..."},
+	"agent":     {"cmd/..."},
+}
+
+func match(pattern, pkg string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return pkg == base || strings.HasPrefix(pkg, base+"/")
+	}
+	return pkg == pattern
+}
+
+// ruleFor returns the most specific rule matching pkg.
+func ruleFor(pkg string) (rule, bool) {
+	best, found := rule{}, false
+	for _, r := range rules {
+		if !match(r.pkg, pkg) {
+			continue
+		}
+		exact := !strings.HasSuffix(r.pkg, "/...")
+		bestExact := !strings.HasSuffix(best.pkg, "/...")
+		if !found || (exact && !bestExact) || (exact == bestExact && len(r.pkg) > len(best.pkg)) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+// violations checks a graph of module-relative package paths to their
+// direct project imports against the rules.
+func violations(graph map[string][]string) []string {
+	var bad []string
+	for pkg, imports := range graph {
+		r, ok := ruleFor(pkg)
+		if !ok {
+			bad = append(bad, pkg+": no rule places this package in the architecture")
+			continue
+		}
+		for _, imp := range imports {
+			if !slices.ContainsFunc(r.allow, func(p string) bool { return match(p, imp) }) {
+				bad = append(bad, pkg+" imports "+imp)
+			}
+		}
+	}
+	for root, forbidden := range never {
+		for pkg := range graph {
+			if !match(root+"/...", pkg) {
+				continue
+			}
+			for _, dep := range closure(graph, pkg) {
+				if slices.ContainsFunc(forbidden, func(p string) bool { return match(p, dep) }) {
+					bad = append(bad, pkg+" depends on "+dep+" (never allowed below "+root+")")
+				}
+			}
+		}
+	}
+	sort.Strings(bad)
+	return slices.Compact(bad)
+}
+
+func closure(graph map[string][]string, pkg string) []string {
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(p string) {
+		for _, imp := range graph[p] {
+			if !seen[imp] {
+				seen[imp] = true
+				walk(imp)
+			}
+		}
+	}
+	walk(pkg)
+	return slices.Sorted(func(yield func(string) bool) {
+		for p := range seen {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+}
+
+// stdlibOnly lists the packages that may import nothing but the standard
+// library: the wire contract must not change because a dependency did.
+var stdlibOnly = []string{"agent/api"}
+
+// projectGraph reads the non-test imports of every package in the module:
+// the module's own packages (module-relative) in graph, the others (third
+// party, outside the standard library) in external.
+func projectGraph(t *testing.T) (graph, external map[string][]string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found: %v", err)
+	}
+	graph, external = map[string][]string{}, map[string][]string{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		name := d.Name()
+		if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "bin" || name == "dist") {
+			return filepath.SkipDir
+		}
+		p, err := build.ImportDir(path, 0)
+		if err != nil {
+			if _, ok := err.(*build.NoGoError); ok {
+				return nil
+			}
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		var own []string
+		for _, imp := range p.Imports {
+			if r, ok := strings.CutPrefix(imp, module+"/"); ok {
+				own = append(own, r)
+			} else if first, _, _ := strings.Cut(imp, "/"); strings.Contains(first, ".") {
+				external[rel] = append(external[rel], imp)
+			}
+		}
+		graph[rel] = own
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read packages: %v", err)
+	}
+	if len(graph) < 10 {
+		t.Fatalf("found only %d packages below %s: is the walk broken?", len(graph), root)
+	}
+	return graph, external
+}
+
+func TestImports(t *testing.T) {
+	graph, external := projectGraph(t)
+	for _, v := range violations(graph) {
+		t.Error(v)
+	}
+	for _, pkg := range stdlibOnly {
+		if _, ok := graph[pkg]; !ok {
+			t.Errorf("%s not found", pkg)
+		}
+		for _, imp := range external[pkg] {
+			t.Errorf("%s imports %s; it may use the standard library only", pkg, imp)
+		}
+	}
+}
+
+// TestRulesCatch proves the checker rejects each kind of forbidden import.
+func TestRulesCatch(t *testing.T) {
+	cases := []struct {
+		name  string
+		graph map[string][]string
+		want  string
+	}{
+		{"APIImportsRootfs", map[string][]string{"agent/api": {"rootfs"}, "rootfs": nil}, "agent/api imports rootfs"},
+		{"SpoolImportsRootfs", map[string][]string{"spool": {"rootfs"}, "rootfs": nil}, "spool imports rootfs"},
+		{"RootfsImportsSpool", map[string][]string{"rootfs/flatten": {"spool"}, "spool": nil}, "rootfs/flatten imports spool"},
+		{"RootfsImportsAgent", map[string][]string{"rootfs": {"agent"}, "agent": nil}, "rootfs imports agent"},
+		{"AgentPastFacade", map[string][]string{"agent": {"rootfs/oci"}, "rootfs/oci": nil}, "agent imports rootfs/oci"},
+		{"CacheKnowsSources", map[string][]string{"rootfs/blobcache": {"rootfs/oci"}, "rootfs/oci": nil}, "rootfs/blobcache imports rootfs/oci"},
+		{"AgentImportsCmd", map[string][]string{"agent": {"cmd/templatecenter"}, "cmd/templatecenter": nil}, "agent imports cmd/templatecenter"},
+		{"Transitive", map[string][]string{"agent/api": {"agent/config"}, "agent/config": {"spool"}, "spool": nil}, "agent/api depends on spool (never allowed below agent/api)"},
+		{"UnknownPackage", map[string][]string{"newpkg": nil}, "newpkg: no rule places this package in the architecture"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := violations(c.graph)
+			if !slices.Contains(got, c.want) {
+				t.Errorf("violations(%v) = %q, want it to contain %q", c.graph, got, c.want)
+			}
+		})
+	}
+	if got := violations(map[string][]string{"cmd/templatecenter": {"agent", "rootfs"}, "agent": {"spool", "rootfs", "agent/api"}, "agent/api": nil, "spool": nil, "rootfs": {"rootfs/ext4"}, "rootfs/ext4": nil}); len(got) != 0 {
+		t.Errorf("violations of the allowed graph: %q", got)
+	}
+}
