@@ -31,7 +31,7 @@ demo: build
 	$(GO) run ./cmd/tcdemo -templatecenter $(BIN) -out .demo
 
 ## test: everything CI runs (installs missing Debian test packages when root).
-test: deps fmt-check tidy-check vet
+test: deps tools fmt-check tidy-check vet
 	$(GO) test -count=1 -timeout 30m ./...
 
 test-unit:
@@ -62,3 +62,4 @@ clean:
 	rm -rf bin .demo
 include packaging/packaging.mk
 include bench/bench.mk
+include test/tools.mk
