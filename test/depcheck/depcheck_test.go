@@ -29,6 +29,8 @@ var rules = []rule{
 	{"agent", []string{"agent/...", "spool", "rootfs"}},
 	{"agent/api", nil},
 	{"agent/config", nil},
+	// The artifact blob store takes plain options: no config, no agent.
+	{"agent/blobstore", nil},
 	{"agent/report", []string{"agent/api", "spool"}},
 	{"spool", nil},
 	{"rootfs", []string{"rootfs/..."}},

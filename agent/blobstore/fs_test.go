@@ -1,0 +1,253 @@
+package blobstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
+)
+
+func newFS(t *testing.T) (*blobstore.FS, string) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "root")
+	f, err := blobstore.NewFS(root)
+	if err != nil {
+		t.Fatalf("NewFS: %v", err)
+	}
+	return f, root
+}
+
+// names lists a directory.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestFSPutStatDelete(t *testing.T) {
+	ctx := context.Background()
+	f, root := newFS(t)
+	if f.Backend() != blobstore.BackendFS {
+		t.Errorf("Backend() = %q", f.Backend())
+	}
+	data, sum := randomBytes(100000, 2)
+	key := blobstore.ArtifactKey("tc", "art1")
+	if err := f.Put(ctx, key, bytes.NewReader(data), int64(len(data)), sum); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	// Atomic write: only the object and its sidecar, no temporary left.
+	if got, want := names(t, filepath.Join(root, "tc")), []string{"art1.ext4", "art1.ext4.sha256"}; !slices.Equal(got, want) {
+		t.Errorf("directory after Put = %v; want %v", got, want)
+	}
+	got, err := os.ReadFile(filepath.Join(root, "tc", "art1.ext4"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Errorf("stored content differs from the source (%v)", err)
+	}
+	if side, _ := os.ReadFile(filepath.Join(root, "tc", "art1.ext4.sha256")); string(side) != sum+"  art1.ext4\n" {
+		t.Errorf("sidecar = %q; want sha256sum format", side)
+	}
+	info, err := f.Stat(ctx, key)
+	if err != nil || info.Size != int64(len(data)) || info.SHA256 != sum || info.Key != key {
+		t.Errorf("Stat = %+v, %v; want size %d sha256 %s", info, err, len(data), sum)
+	}
+	if p, err := f.Path(key); err != nil || p != filepath.Join(root, "tc", "art1.ext4") {
+		t.Errorf("Path = %q, %v", p, err)
+	}
+	for i := range 2 {
+		if err := f.Delete(ctx, key); err != nil {
+			t.Fatalf("Delete #%d: %v", i+1, err)
+		}
+	}
+	if got := names(t, filepath.Join(root, "tc")); len(got) != 0 {
+		t.Errorf("directory after Delete = %v", got)
+	}
+	if _, err := f.Stat(ctx, key); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Errorf("Stat after Delete = %v; want ErrNotFound", err)
+	}
+	if u, err := f.PresignGet(ctx, key, time.Hour); u != "" || !errors.Is(err, blobstore.ErrNotSupported) {
+		t.Errorf("PresignGet = %q, %v; want \"\", ErrNotSupported", u, err)
+	}
+}
+
+func TestFSPutRefusesWrongContent(t *testing.T) {
+	ctx := context.Background()
+	f, root := newFS(t)
+	data, sum := randomBytes(5000, 4)
+	_, other := randomBytes(5000, 5)
+	for name, c := range map[string]struct {
+		data []byte
+		size int64
+		sha  string
+		want error
+	}{
+		"Checksum": {data, 5000, other, blobstore.ErrChecksumMismatch},
+		"Short":    {data[:4999], 5000, sum, blobstore.ErrSizeMismatch},
+		"Long":     {append(slices.Clone(data), 'x'), 5000, sum, blobstore.ErrSizeMismatch},
+	} {
+		if err := f.Put(ctx, "k.ext4", bytes.NewReader(c.data), c.size, c.sha); !errors.Is(err, c.want) {
+			t.Errorf("%s: Put = %v; want %v", name, err, c.want)
+		}
+		if got := names(t, root); len(got) != 0 {
+			t.Errorf("%s: refused Put left %v", name, got)
+		}
+	}
+}
+
+func TestFSPutFileLinksOnSameFilesystem(t *testing.T) {
+	ctx := context.Background()
+	f, root := newFS(t)
+	data, sum := randomBytes(4096, 6)
+	src := filepath.Join(filepath.Dir(root), "published.ext4")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // the second PutFile finds the same inode in place
+		if err := f.PutFile(ctx, "a.ext4", src, int64(len(data)), sum); err != nil {
+			t.Fatalf("PutFile #%d: %v", i+1, err)
+		}
+	}
+	srcInfo, _ := os.Stat(src)
+	dstInfo, err := os.Stat(filepath.Join(root, "a.ext4"))
+	if err != nil || !os.SameFile(srcInfo, dstInfo) {
+		t.Errorf("stored file is not a hard link of the source (%v)", err)
+	}
+	if got, want := names(t, root), []string{"a.ext4", "a.ext4.sha256"}; !slices.Equal(got, want) {
+		t.Errorf("root after PutFile = %v; want %v", got, want)
+	}
+	if info, err := f.Stat(ctx, "a.ext4"); err != nil || info.SHA256 != sum || info.Size != 4096 {
+		t.Errorf("Stat = %+v, %v", info, err)
+	}
+	if err := f.PutFile(ctx, "b.ext4", src, 4095, sum); !errors.Is(err, blobstore.ErrSizeMismatch) {
+		t.Errorf("PutFile with a wrong size = %v; want ErrSizeMismatch", err)
+	}
+}
+
+func TestFSPutFileCopiesAcrossFilesystems(t *testing.T) {
+	ctx := context.Background()
+	f, root := newFS(t)
+	shm, err := os.MkdirTemp("/dev/shm", "blobstore-test-")
+	if err != nil {
+		t.Fatalf("need a tmpfs at /dev/shm for a second filesystem: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shm) })
+	data, sum := randomBytes(4096, 7)
+	src := filepath.Join(shm, "published.ext4")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PutFile(ctx, "a.ext4", src, int64(len(data)), sum); err != nil {
+		t.Fatalf("PutFile across filesystems: %v", err)
+	}
+	srcInfo, _ := os.Stat(src)
+	dstInfo, _ := os.Stat(filepath.Join(root, "a.ext4"))
+	if os.SameFile(srcInfo, dstInfo) {
+		t.Fatal("source and store on different filesystems share an inode: the test needs two filesystems")
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "a.ext4")); !bytes.Equal(got, data) {
+		t.Error("copied content differs")
+	}
+	_, other := randomBytes(4096, 8)
+	if err := f.PutFile(ctx, "b.ext4", src, 4096, other); !errors.Is(err, blobstore.ErrChecksumMismatch) {
+		t.Errorf("copying PutFile with a wrong sha256 = %v; want ErrChecksumMismatch", err)
+	}
+}
+
+func TestFSRejectsKeysEscapingTheRoot(t *testing.T) {
+	ctx := context.Background()
+	f, root := newFS(t)
+	data, sum := randomBytes(10, 1)
+	for _, key := range []string{"", "../escape.ext4", "/etc/escape.ext4", "a/../../escape.ext4", "a/./b.ext4",
+		"a//b.ext4", ".hidden.ext4", "x.ext4.sha256", `a\..\b.ext4`} {
+		if err := f.Put(ctx, key, bytes.NewReader(data), 10, sum); !errors.Is(err, blobstore.ErrInvalidKey) {
+			t.Errorf("Put(%q) = %v; want ErrInvalidKey", key, err)
+		}
+		if _, err := f.Stat(ctx, key); !errors.Is(err, blobstore.ErrInvalidKey) {
+			t.Errorf("Stat(%q) = %v; want ErrInvalidKey", key, err)
+		}
+		if err := f.Delete(ctx, key); !errors.Is(err, blobstore.ErrInvalidKey) {
+			t.Errorf("Delete(%q) = %v; want ErrInvalidKey", key, err)
+		}
+	}
+	if got := names(t, filepath.Dir(root)); !slices.Equal(got, []string{"root"}) {
+		t.Errorf("files appeared beside the root: %v", got)
+	}
+	if got := names(t, root); len(got) != 0 {
+		t.Errorf("files appeared in the root: %v", got)
+	}
+}
+
+func TestFSAbortIncomplete(t *testing.T) {
+	ctx := context.Background()
+	f, root := newFS(t)
+	data, sum := randomBytes(10, 1)
+	if err := f.Put(ctx, "a.ext4", bytes.NewReader(data), 10, sum); err != nil {
+		t.Fatal(err)
+	}
+	// What a crash mid-Put leaves: a temporary object and sidecar, beside
+	// files of other keys that must stay.
+	for _, name := range []string{".a.ext4.tmp-123", ".a.ext4.sha256.tmp-456", ".ab.ext4.tmp-789", "b.ext4"} {
+		os.WriteFile(filepath.Join(root, name), nil, 0o644)
+	}
+	if err := f.AbortIncomplete(ctx, "a.ext4"); err != nil {
+		t.Fatalf("AbortIncomplete: %v", err)
+	}
+	if got, want := names(t, root), []string{".ab.ext4.tmp-789", "a.ext4", "a.ext4.sha256", "b.ext4"}; !slices.Equal(got, want) {
+		t.Errorf("root after AbortIncomplete = %v; want %v", got, want)
+	}
+	if err := f.AbortIncomplete(ctx, "never/put.ext4"); err != nil {
+		t.Errorf("AbortIncomplete of a key in a missing directory: %v", err)
+	}
+}
+
+func TestFSCheck(t *testing.T) {
+	ctx := context.Background()
+	f, root := newFS(t)
+	if err := f.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	if got := names(t, root); len(got) != 0 {
+		t.Errorf("Check left %v", got)
+	}
+	os.Remove(root)
+	if err := f.Check(ctx); !errors.Is(err, blobstore.ErrBucketMissing) || !strings.Contains(err.Error(), root) {
+		t.Errorf("Check without root = %v; want ErrBucketMissing naming %s", err, root)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	if s, err := blobstore.Open(blobstore.Options{}); s != nil || err != nil {
+		t.Errorf("Open(no backend) = %v, %v; want nil, nil", s, err)
+	}
+	root := t.TempDir()
+	if s, err := blobstore.Open(blobstore.Options{Backend: "fs", FSRoot: root}); err != nil || s.Backend() != "fs" {
+		t.Errorf("Open(fs) = %v, %v", s, err)
+	}
+	if _, err := blobstore.Open(blobstore.Options{Backend: "fs", FSRoot: "relative"}); err == nil {
+		t.Error("Open(fs) accepted a relative root")
+	}
+	s3 := blobstore.S3Options{Endpoint: "127.0.0.1:9", Bucket: "b", AccessKeyID: "k", SecretAccessKey: "s"}
+	if s, err := blobstore.Open(blobstore.Options{Backend: "s3", S3: s3}); err != nil || s.Backend() != "s3" {
+		t.Errorf("Open(s3) = %v, %v", s, err)
+	}
+	s3.PartSize = 1 << 20
+	if _, err := blobstore.Open(blobstore.Options{Backend: "s3", S3: s3}); err == nil {
+		t.Error("Open(s3) accepted a 1 MiB part size")
+	}
+	if _, err := blobstore.Open(blobstore.Options{Backend: "gcs"}); err == nil {
+		t.Error("Open accepted an unknown backend")
+	}
+}
