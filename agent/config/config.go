@@ -35,6 +35,8 @@ type Config struct {
 	Build    Build    `yaml:"build"`
 	Registry Registry `yaml:"registry"`
 	Shutdown Shutdown `yaml:"shutdown"`
+	// ArtifactStore is the blob store for durable artifact copies.
+	ArtifactStore ArtifactStore `yaml:"artifact_store"`
 
 	// envErrs collects environment values that failed to parse, reported
 	// by Validate with the rest.
@@ -146,6 +148,8 @@ func Default() *Config {
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
 			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096},
 		Shutdown: Shutdown{Timeout: 25 * time.Second},
+		// The artifact store's defaults live beside it, in artifactstore.go.
+		ArtifactStore: defaultArtifactStore(),
 	}
 }
 
@@ -273,7 +277,7 @@ var envOverrides = []envOverride{
 // recorded and surface from Validate.
 func (c *Config) applyEnv(env Env) []string {
 	var warnings []string
-	for _, o := range envOverrides {
+	for _, o := range slices.Concat(envOverrides, artifactStoreEnv) {
 		for i, name := range o.names {
 			v, ok := env(name)
 			if !ok || strings.TrimSpace(v) == "" {
@@ -288,7 +292,7 @@ func (c *Config) applyEnv(env Env) []string {
 			break
 		}
 	}
-	return warnings
+	return append(warnings, c.ArtifactStore.resolve(c.Store.Dir)...)
 }
 
 // Validate checks every value and returns all problems at once, each naming
@@ -362,6 +366,7 @@ func (c *Config) Validate() error {
 	if parts := strings.Split(c.Build.Platform, "/"); len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
 		bad("build.platform", "%q is not os/arch[/variant]", c.Build.Platform)
 	}
+	errs = append(errs, c.ArtifactStore.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -412,6 +417,9 @@ func (c *Config) RestartOnly(next *Config) []string {
 	}
 	if !reflect.DeepEqual(c.Registry, next.Registry) {
 		keys = append(keys, "registry")
+	}
+	if c.ArtifactStore != next.ArtifactStore {
+		keys = append(keys, "artifact_store")
 	}
 	return keys
 }

@@ -1,0 +1,235 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Blob store backends, as artifact_store.backend and
+// CUBE_ARTIFACT_STORE_BACKEND spell them.
+const (
+	BackendS3 = "s3"
+	BackendFS = "fs"
+)
+
+// ArtifactStore configures the blob store that keeps the durable copy of
+// each artifact (artifact_store:). Upstream's environment names override
+// the file.
+type ArtifactStore struct {
+	// Backend is s3 (the default; unknown values also mean s3, with a
+	// warning) or fs.
+	Backend string `yaml:"backend"`
+	// FSRoot is the fs backend's root; store.dir when unset.
+	FSRoot string `yaml:"fs_root"`
+	// S3 locates the bucket; the S3 backend is on only when endpoint,
+	// bucket, access key id and secret are all set.
+	S3 S3 `yaml:"s3"`
+	// PresignTTL is how long presigned download URLs stay valid (at most
+	// 7 days, S3's limit).
+	PresignTTL time.Duration `yaml:"presign_ttl"`
+	// PartSize and UploadConcurrency shape multipart uploads; an upload
+	// holds about part_size x upload_concurrency in memory.
+	PartSize          ByteSize `yaml:"part_size"`
+	UploadConcurrency int      `yaml:"upload_concurrency"`
+	// Attempts bounds tries per S3 request on transient failures.
+	Attempts int `yaml:"attempts"`
+	// KeepLocal keeps the local .ext4 after a successful upload.
+	KeepLocal bool `yaml:"keep_local"`
+}
+
+// S3 holds the S3 (or MinIO) connection settings.
+type S3 struct {
+	// Endpoint is host:port, or an http(s) URL whose scheme decides TLS.
+	Endpoint string `yaml:"endpoint"`
+	Bucket   string `yaml:"bucket"`
+	// AccessKeyID and SecretAccessKey are static credentials; the secret
+	// never prints (see Secret).
+	AccessKeyID     string `yaml:"access_key_id"`
+	SecretAccessKey Secret `yaml:"secret_access_key"`
+	Region          string `yaml:"region"`
+	// UsePathStyle addresses buckets as endpoint/bucket (MinIO).
+	UsePathStyle bool `yaml:"use_path_style"`
+	// UseSSL selects TLS for a host:port endpoint.
+	UseSSL bool `yaml:"use_ssl"`
+	// Prefix is prepended to object keys: [prefix/]<artifact_id>.ext4.
+	Prefix string `yaml:"prefix"`
+}
+
+// Artifact store limits and defaults.
+const (
+	minPartSize          = 5 << 20
+	maxPartSize          = 5 << 30
+	maxPresignTTL        = 7 * 24 * time.Hour
+	defaultPartSize      = 16 << 20
+	defaultConcurrency   = 4
+	defaultStoreAttempts = 5
+)
+
+func defaultArtifactStore() ArtifactStore {
+	return ArtifactStore{Backend: BackendS3, PresignTTL: maxPresignTTL, PartSize: defaultPartSize,
+		UploadConcurrency: defaultConcurrency, Attempts: defaultStoreAttempts, KeepLocal: true}
+}
+
+// Secret is a credential. It decodes from YAML like a string, but every way
+// of printing it (fmt verbs, slog, YAML, JSON) shows "REDACTED", or "" when
+// unset; Reveal returns the value.
+type Secret string
+
+// redacted replaces a set secret when printed.
+const redacted = "REDACTED"
+
+// Reveal returns the secret itself, for the one place that uses it.
+func (s Secret) Reveal() string { return string(s) }
+
+// String shows whether the secret is set, never its value.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString is String, for %#v.
+func (s Secret) GoString() string { return `"` + s.String() + `"` }
+
+// LogValue is String, for slog.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalYAML is String, so a dumped config holds no secret.
+func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
+
+// MarshalJSON is String, so a dumped config holds no secret.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// artifactStoreEnv are the artifact store's environment overrides,
+// upstream's names first.
+var artifactStoreEnv = []envOverride{
+	{[]string{"CUBE_ARTIFACT_STORE_BACKEND"}, func(c *Config, _, v string) error { c.ArtifactStore.Backend = v; return nil }},
+	{[]string{"CUBE_ARTIFACT_STORE_FS_ROOT"}, func(c *Config, _, v string) error { c.ArtifactStore.FSRoot = v; return nil }},
+	{[]string{"CUBE_S3_ENDPOINT"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Endpoint = v; return nil }},
+	{[]string{"CUBE_S3_BUCKET"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Bucket = v; return nil }},
+	{[]string{"CUBE_S3_ACCESS_KEY_ID", "CUBE_S3_ACCESS_KEY"},
+		func(c *Config, _, v string) error { c.ArtifactStore.S3.AccessKeyID = v; return nil }},
+	{[]string{"CUBE_S3_SECRET_ACCESS_KEY", "CUBE_S3_SECRET_KEY"},
+		func(c *Config, _, v string) error { c.ArtifactStore.S3.SecretAccessKey = Secret(v); return nil }},
+	{[]string{"CUBE_S3_REGION"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Region = v; return nil }},
+	{[]string{"CUBE_S3_USE_PATH_STYLE"}, func(c *Config, name, v string) error {
+		return parseFlag(name, v, &c.ArtifactStore.S3.UsePathStyle)
+	}},
+	{[]string{"CUBE_S3_USE_SSL"}, func(c *Config, name, v string) error {
+		return parseFlag(name, v, &c.ArtifactStore.S3.UseSSL)
+	}},
+	{[]string{"CUBE_S3_ARTIFACT_PREFIX"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Prefix = v; return nil }},
+}
+
+// parseFlag reads upstream's boolean spellings: 1, true, yes, on (and 0,
+// false, no, off), in any case.
+func parseFlag(name, v string, dst *bool) error {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes", "on":
+		*dst = true
+	case "0", "false", "no", "off":
+		*dst = false
+	default:
+		return fmt.Errorf("%s: %q is not a boolean (1, true, yes, on or 0, false, no, off)", name, v)
+	}
+	return nil
+}
+
+// s3Missing names the settings the S3 backend needs that are unset.
+func (a *ArtifactStore) s3Missing() []string {
+	var missing []string
+	for _, r := range []struct {
+		set  bool
+		name string
+	}{
+		{a.S3.Endpoint != "", "endpoint (CUBE_S3_ENDPOINT)"},
+		{a.S3.Bucket != "", "bucket (CUBE_S3_BUCKET)"},
+		{a.S3.AccessKeyID != "", "access_key_id (CUBE_S3_ACCESS_KEY_ID)"},
+		{a.S3.SecretAccessKey != "", "secret_access_key (CUBE_S3_SECRET_ACCESS_KEY)"},
+	} {
+		if !r.set {
+			missing = append(missing, r.name)
+		}
+	}
+	return missing
+}
+
+// resolve settles the backend and the fs root once file and environment
+// are applied, returning warnings (never values): an unknown backend means
+// s3, as upstream; an incomplete S3 set turns the S3 store off.
+func (a *ArtifactStore) resolve(storeDir string) []string {
+	var warnings []string
+	switch b := strings.ToLower(strings.TrimSpace(a.Backend)); b {
+	case BackendS3, BackendFS:
+		a.Backend = b
+	case "":
+		a.Backend = BackendS3
+	default:
+		warnings = append(warnings, fmt.Sprintf("artifact_store.backend %q is neither s3 nor fs; using s3", a.Backend))
+		a.Backend = BackendS3
+	}
+	if a.FSRoot == "" {
+		a.FSRoot = storeDir
+	}
+	if a.Backend == BackendS3 {
+		if missing := a.s3Missing(); len(missing) > 0 && len(missing) < 4 {
+			warnings = append(warnings, "artifact_store.s3 is incomplete, the S3 blob store is off; missing: "+
+				strings.Join(missing, ", "))
+		}
+	}
+	return warnings
+}
+
+// Enabled returns the backend to open: BackendFS, BackendS3 when all four
+// S3 settings are set, or "" when no blob store is configured. It is
+// blobstore.Options.Backend; the package stays free of blobstore, whose
+// Open returns no store for "".
+func (a *ArtifactStore) Enabled() string {
+	switch {
+	case strings.EqualFold(strings.TrimSpace(a.Backend), BackendFS):
+		return BackendFS
+	case len(a.s3Missing()) == 0: // s3, and any unknown backend, as resolve
+		return BackendS3
+	}
+	return ""
+}
+
+// validate returns the artifact store's problems, each naming its key.
+func (a *ArtifactStore) validate() []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("artifact_store.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if a.PresignTTL <= 0 || a.PresignTTL > maxPresignTTL {
+		bad("presign_ttl", "%s is outside (0, %s]", a.PresignTTL, maxPresignTTL)
+	}
+	if a.PartSize < minPartSize || a.PartSize > maxPartSize {
+		bad("part_size", "%s is outside %s..%s", a.PartSize, ByteSize(minPartSize), ByteSize(maxPartSize))
+	}
+	if a.UploadConcurrency < 1 || a.UploadConcurrency > 64 {
+		bad("upload_concurrency", "%d is outside 1..64", a.UploadConcurrency)
+	}
+	if a.Attempts < 1 || a.Attempts > 100 {
+		bad("attempts", "%d is outside 1..100", a.Attempts)
+	}
+	if a.FSRoot != "" && !strings.HasPrefix(a.FSRoot, "/") {
+		bad("fs_root", "%q is not an absolute path", a.FSRoot)
+	}
+	if e := a.S3.Endpoint; e != "" {
+		if strings.Contains(e, "://") {
+			u, err := url.Parse(e)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+				(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+				bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", e)
+			}
+		} else if strings.ContainsAny(e, "/?#@") {
+			bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", e)
+		}
+	}
+	return errs
+}
