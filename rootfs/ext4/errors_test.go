@@ -9,9 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 )
 
 func TestFinishRejectsInvalidNodes(t *testing.T) {
@@ -143,19 +143,52 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// TestCancelLargeFinish cancels a Finish of many inodes while it runs.
+// TestCancelLargeFinish cancels a Finish of many inodes while it runs: at
+// the first cancellation check after the start, half way through and at
+// the last check. The cancellation lands at a known check, so every run
+// asserts the outcome.
 func TestCancelLargeFinish(t *testing.T) {
-	im := newImage(t, testOptions())
-	root := bigDir(200000, func(i int) string { return string(rune('a'+i%26)) + strings.Repeat("q", i%50) + itoa(i) })
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(5 * time.Millisecond); cancel() }()
-	_, err := im.w.Finish(ctx, root)
-	if err == nil {
-		t.Skip("Finish completed before the cancellation landed")
+	tree := func() *Node {
+		return bigDir(200000, func(i int) string { return string(rune('a'+i%26)) + strings.Repeat("q", i%50) + itoa(i) })
 	}
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Finish: %v, want context.Canceled", err)
+	// Count the checks of an uncancelled Finish of the same tree.
+	counting := &cancelAtCheck{Context: context.Background(), cancel: func() {}}
+	if _, err := newImage(t, testOptions()).w.Finish(counting, tree()); err != nil {
+		t.Fatalf("Finish: %v", err)
 	}
+	checks := int(counting.calls.Load())
+	if checks < 3 {
+		t.Fatalf("Finish checked its context %d times, want it checked while it runs", checks)
+	}
+	for _, at := range []int{2, checks / 2, checks} {
+		ctx, cancel := context.WithCancel(context.Background())
+		c := &cancelAtCheck{Context: ctx, cancel: cancel, at: int32(at)}
+		_, err := newImage(t, testOptions()).w.Finish(c, tree())
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Finish cancelled at check %d of %d: %v, want context.Canceled", at, checks, err)
+		}
+		if n := int(c.calls.Load()); n != at {
+			t.Errorf("Finish cancelled at check %d went on to check %d times, want it to stop at once", at, n)
+		}
+	}
+}
+
+// cancelAtCheck is a context that cancels itself on its at-th Err call (never
+// when at is zero) and counts the calls: Finish checks with Err, so the
+// cancellation lands at a known point of the work.
+type cancelAtCheck struct {
+	context.Context
+	cancel func()
+	at     int32
+	calls  atomic.Int32
+}
+
+func (c *cancelAtCheck) Err() error {
+	if c.calls.Add(1) == c.at {
+		c.cancel()
+	}
+	return c.Context.Err()
 }
 
 func itoa(i int) string {
