@@ -156,11 +156,8 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	loopCtx, stopLoops := context.WithCancel(ctx)
+	stopLoops := a.startLoops(ctx)
 	defer stopLoops()
-	go a.watchdog(loopCtx)
-	go a.statusLoop(loopCtx)
-	go a.purgeLoop(loopCtx)
 	a.ready.Store(true)
 	a.notify("READY=1")
 	a.logger.Info("ready")
@@ -171,21 +168,24 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("serve HTTP: %w", err)
 	}
-	stopLoops()
 	a.stopping.Store(true)
+	// Joined before STOPPING=1, so no WATCHDOG or STATUS line follows it.
+	stopLoops()
 	a.notify("STOPPING=1")
 	a.logger.Info("stopping")
 
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+	var abortWatch sync.WaitGroup
+	defer abortWatch.Wait()
 	defer cancelStop()
-	go func() {
+	abortWatch.Go(func() {
 		select {
 		case <-a.abort:
 			a.logger.Warn("second stop signal: abandoning graceful shutdown")
 			cancelStop()
 		case <-stopCtx.Done():
 		}
-	}()
+	})
 	// Answer requests already in flight; new ones are refused by the
 	// closed listener (and by the stopping flag until then).
 	httpCtx, cancelHTTP := context.WithTimeout(stopCtx, cfg.Shutdown.Timeout/4)
@@ -193,6 +193,9 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		a.logger.Warn("HTTP shutdown", "err", err)
 	}
 	cancelHTTP()
+	if runErr == nil {
+		<-serveErr // http.ErrServerClosed, at once after Shutdown began
+	}
 	cancelBuilds()
 	if err := a.exec.wait(stopCtx); err != nil {
 		a.logger.Error("builds did not stop in time; they resume at next start", "err", err)
@@ -207,6 +210,21 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	}
 	a.logger.Info("stopped")
 	return runErr
+}
+
+// startLoops runs the watchdog, status and purge loops until ctx ends or
+// stop is called; stop cancels them and returns once all have returned.
+// Calling stop again returns at once.
+func (a *Agent) startLoops(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop} {
+		loops.Go(func() { loop(ctx) })
+	}
+	return func() {
+		cancel()
+		loops.Wait()
+	}
 }
 
 // recover resumes what a previous run left: running jobs go back to the

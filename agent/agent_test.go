@@ -15,8 +15,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
@@ -870,4 +872,65 @@ func (h *harness) waitJobGone(id string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestStopLoopsWaitsForThem holds the watchdog and status loops inside a
+// notification and checks that stopping them returns only once each has
+// been let go and returned.
+func TestStopLoopsWaitsForThem(t *testing.T) {
+	cfg := config.Default()
+	cfg.Store.Dir = t.TempDir()
+	sp, err := spool.Open(context.Background(), filepath.Join(t.TempDir(), "spool.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	synctest.Test(t, func(t *testing.T) {
+		held := map[string]chan struct{}{"WATCHDOG=1": make(chan struct{}), "STATUS=": make(chan struct{})}
+		release := map[string]chan struct{}{"WATCHDOG=1": make(chan struct{}), "STATUS=": make(chan struct{})}
+		var mu sync.Mutex
+		seen := map[string]bool{}
+		notify := func(s string) {
+			for prefix := range held {
+				if !strings.HasPrefix(s, prefix) {
+					continue
+				}
+				mu.Lock()
+				first := !seen[prefix]
+				seen[prefix] = true
+				mu.Unlock()
+				if first { // hold only the first one
+					close(held[prefix])
+					<-release[prefix]
+				}
+			}
+		}
+		a := New(Options{Config: cfg, Spool: sp, Builder: &testBuilder{}, Logger: slog.New(slog.DiscardHandler),
+			Notify: notify, Watchdog: time.Minute})
+		stop := a.startLoops(context.Background())
+		<-held["WATCHDOG=1"]
+		<-held["STATUS="]
+		stopped := make(chan struct{})
+		go func() { stop(); close(stopped) }()
+		isStopped := func() bool {
+			synctest.Wait()
+			select {
+			case <-stopped:
+				return true
+			default:
+				return false
+			}
+		}
+		if isStopped() {
+			t.Fatal("stop returned while the watchdog and status loops were still running")
+		}
+		close(release["WATCHDOG=1"])
+		if isStopped() {
+			t.Fatal("stop returned while the status loop was still running")
+		}
+		close(release["STATUS="])
+		if !isStopped() {
+			t.Fatal("stop did not return after every loop returned")
+		}
+	})
 }
