@@ -93,7 +93,7 @@ func New(o Options) *Agent {
 	a.cfg.Store(o.Config)
 	a.metrics = newMetrics(o.Spool, o.Logger)
 	if c, ok := o.Builder.(layerCache); ok {
-		a.metrics.registry.MustRegister(newLayerCacheCollector(c))
+		a.metrics.register(newLayerCacheCollector(c))
 	}
 	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback)
 	a.exec = newExecutor(executorDeps{

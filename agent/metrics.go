@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -13,9 +14,17 @@ import (
 
 const namespace = "cube_templatecenter"
 
+// spoolScrapeTimeout bounds the spool queries of one scrape.
+const spoolScrapeTimeout = 2 * time.Second
+
 // metrics are the agent's Prometheus series, on a private registry.
+// Subsystems: jobs (the life of build jobs), build (the image work),
+// callback (reports to CubeMaster), queue and outbox (spool depths, with
+// spool_scrape_success), layer_cache.
 type metrics struct {
-	registry      *prometheus.Registry
+	registry *prometheus.Registry
+	// collectors are all the registry holds, in registration order.
+	collectors    []prometheus.Collector
 	accepted      prometheus.Counter
 	finished      *prometheus.CounterVec
 	phaseDuration *prometheus.HistogramVec
@@ -25,7 +34,7 @@ type metrics struct {
 	interrupted   prometheus.Counter
 }
 
-// spoolCounts is what the depth gauges read at scrape time.
+// spoolCounts is what the spool collector reads at scrape time.
 type spoolCounts interface {
 	Counts(ctx context.Context) (queued, running int, err error)
 	OutboxDepth(ctx context.Context) (int, error)
@@ -48,8 +57,8 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
 		}, []string{"phase"}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "builds", Name: "running",
-			Help: "Builds running in this process.",
+			Namespace: namespace, Subsystem: "jobs", Name: "running",
+			Help: "Build jobs running in this process.",
 		}),
 		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "callback", Name: "attempts_total",
@@ -64,27 +73,11 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 			Help: "Builds interrupted by a stop and put back in the queue.",
 		}),
 	}
-	depth := func(name, help string, read func(ctx context.Context) (int, error)) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			n, err := read(ctx)
-			if err != nil {
-				logger.Warn("read metric from spool", "metric", name, "err", err)
-				return -1
-			}
-			return float64(n)
-		})
-	}
-	m.registry.MustRegister(
+	m.register(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.accepted, m.finished, m.phaseDuration, m.running, m.callbacks, m.dedup, m.interrupted,
-		depth("queue_depth", "Jobs waiting in the queue.", func(ctx context.Context) (int, error) {
-			q, _, err := sp.Counts(ctx)
-			return q, err
-		}),
-		depth("outbox_depth", "Status reports not yet delivered to CubeMaster.", sp.OutboxDepth),
+		newSpoolCollector(sp, logger, spoolScrapeTimeout),
 	)
 	for _, r := range []string{"built", "failed"} {
 		m.finished.WithLabelValues(r)
@@ -93,6 +86,66 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 		m.dedup.WithLabelValues(k)
 	}
 	return m
+}
+
+// register adds collectors to the registry; it panics on a duplicate, as
+// only a programming error causes one.
+func (m *metrics) register(cs ...prometheus.Collector) {
+	m.registry.MustRegister(cs...)
+	m.collectors = append(m.collectors, cs...)
+}
+
+// spoolCollector reads the spool's depths once per scrape. A failed read
+// is logged once, here, and shows as spool_scrape_success 0 with the depth
+// it could not read left out, never as a made-up value.
+type spoolCollector struct {
+	spool                  spoolCounts
+	logger                 *slog.Logger
+	timeout                time.Duration
+	queue, outbox, success *prometheus.Desc
+}
+
+func newSpoolCollector(sp spoolCounts, logger *slog.Logger, timeout time.Duration) *spoolCollector {
+	return &spoolCollector{
+		spool:   sp,
+		logger:  logger,
+		timeout: timeout,
+		queue:   prometheus.NewDesc(prometheus.BuildFQName(namespace, "queue", "depth"), "Jobs waiting in the queue.", nil, nil),
+		outbox: prometheus.NewDesc(prometheus.BuildFQName(namespace, "outbox", "depth"),
+			"Status reports not yet delivered to CubeMaster.", nil, nil),
+		success: prometheus.NewDesc(prometheus.BuildFQName(namespace, "spool", "scrape_success"),
+			"Whether this scrape read the queue and outbox depths from the spool (1) or not (0).", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *spoolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.queue
+	ch <- c.outbox
+	ch <- c.success
+}
+
+// Collect implements prometheus.Collector.
+func (c *spoolCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var errs []error
+	if queued, _, err := c.spool.Counts(ctx); err != nil {
+		errs = append(errs, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(queued))
+	}
+	if n, err := c.spool.OutboxDepth(ctx); err != nil {
+		errs = append(errs, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.outbox, prometheus.GaugeValue, float64(n))
+	}
+	success := 1.0
+	if err := errors.Join(errs...); err != nil {
+		c.logger.Warn("read metrics from spool", "err", err)
+		success = 0
+	}
+	ch <- prometheus.MustNewConstMetric(c.success, prometheus.GaugeValue, success)
 }
 
 // observeCallback counts one report delivery attempt.
