@@ -328,7 +328,9 @@ func TestSameFingerprintBuildsOnceAndReuses(t *testing.T) {
 	h.submit("twin-b", "same-image")
 	h.waitJob("twin-a", spool.StateRunning)
 	h.waitJob("twin-b", spool.StateRunning)
-	time.Sleep(100 * time.Millisecond) // both have resolved and met at the flight
+	// One twin leads the flight and is held before publishing; the other
+	// logs once it has joined it.
+	waitLogged(t, h, "identical build in flight, waiting for it", 1)
 	close(release)
 	a, b := h.terminal("twin-a"), h.terminal("twin-b")
 	if a.Field("status") != "BUILT" || b.Field("status") != "BUILT" || a.Field("artifact_id") != b.Field("artifact_id") {
@@ -416,25 +418,35 @@ func TestFailuresReportPhase(t *testing.T) {
 
 func TestHeartbeatsDuringSlowBuild(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.Build.HeartbeatInterval = 30 * time.Millisecond })
+	isBeat := func(c cubemaster.Callback) bool {
+		return c.JobID == "slow" && c.Field("status") == "RUNNING" && c.Field("phase") == "BUILDING_EXT4"
+	}
+	// The build lasts until CubeMaster has seen three reports of it, or 10 s.
 	h.builder.beforePublish = func(ctx context.Context, spec rootfs.Spec) error {
-		select {
-		case <-time.After(400 * time.Millisecond):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		h.master.WaitFor(ctx, func(cbs []cubemaster.Callback) bool {
+			n := 0
+			for _, c := range cbs {
+				if isBeat(c) {
+					n++
+				}
+			}
+			return n >= 3
+		})
+		return nil
 	}
 	h.start()
 	h.submit("slow", "img")
 	h.terminal("slow")
 	beats := 0
 	for _, c := range h.master.Callbacks("slow") {
-		if c.Field("status") == "RUNNING" && c.Field("phase") == "BUILDING_EXT4" {
+		if isBeat(c) {
 			beats++
 		}
 	}
 	if beats < 3 {
-		t.Errorf("got %d RUNNING/BUILDING_EXT4 reports during a 400ms build with a 30ms heartbeat, want several", beats)
+		t.Errorf("got %d RUNNING/BUILDING_EXT4 reports during a 10s build with a 30ms heartbeat, want several", beats)
 	}
 }
 
@@ -446,16 +458,17 @@ func TestTerminalReportSurvivesMasterOutageAndRestart(t *testing.T) {
 	h.master.Stop()
 	h.submit("outage", "img")
 	h.waitJob("outage", spool.StateBuilt)
-	time.Sleep(400 * time.Millisecond) // several retries fail meanwhile
-	reps, _ := h.sp.Reports(context.Background(), "outage")
-	var terminal *spool.Report
-	for i := range reps {
-		if reps[i].Terminal {
-			terminal = &reps[i]
+	// Several deliveries of the terminal report fail; it stays in the outbox.
+	var reps []spool.Report
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		reps, _ = h.sp.Reports(context.Background(), "outage")
+		i := slices.IndexFunc(reps, func(r spool.Report) bool { return r.Terminal })
+		if i >= 0 && reps[i].Attempts >= 3 {
+			break
 		}
-	}
-	if terminal == nil {
-		t.Fatalf("terminal report not in the outbox: %+v", reps)
+		if time.Now().After(deadline) {
+			t.Fatalf("terminal report not in the outbox after 3 failed deliveries: %+v", reps)
+		}
 	}
 	h.stop()
 	if err := h.master.Restart(); err != nil {
@@ -799,11 +812,9 @@ func TestNotifyAndWatchdog(t *testing.T) {
 	h2 := newHarness(t, nil)
 	h2.watchdog = interval
 	h2.start()
-	time.Sleep(3 * interval)
-	notes := h2.notifications()
-	if !slices.Contains(notes, "READY=1") || countPrefix(notes, "WATCHDOG=1") < 3 || countPrefix(notes, "STATUS=") < 1 {
-		t.Fatalf("notifications = %v, want READY, several WATCHDOG and a STATUS", notes)
-	}
+	notes := waitNotes(t, h2, "READY, several WATCHDOG and a STATUS", func(notes []string) bool {
+		return slices.Contains(notes, "READY=1") && countPrefix(notes, "WATCHDOG=1") >= 3 && countPrefix(notes, "STATUS=") >= 1
+	})
 	if s := notes[slices.IndexFunc(notes, func(s string) bool { return strings.HasPrefix(s, "STATUS=") })]; !strings.Contains(s, "queued") || !strings.Contains(s, "running") {
 		t.Errorf("status line %q lacks counts", s)
 	}
@@ -821,22 +832,58 @@ func TestNotifyAndWatchdog(t *testing.T) {
 	if _, err := conn.ExecContext(context.Background(), "BEGIN EXCLUSIVE"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(interval) // let a ping already under way finish
+	// The watchdog probes, then pings or logs, in one goroutine: once a
+	// failure is logged, a ping of a probe under way before the lock was
+	// taken has been sent, and every ping after it is one too many.
+	const failed = "health probe failed, withholding watchdog ping"
+	first := waitLogged(t, h2, failed, 1)
 	before := countPrefix(h2.notifications(), "WATCHDOG=1")
-	time.Sleep(4 * interval)
+	waitLogged(t, h2, failed, first+3)
 	during := countPrefix(h2.notifications(), "WATCHDOG=1") - before
 	conn.ExecContext(context.Background(), "ROLLBACK")
 	conn.Close()
 	if during != 0 {
 		t.Errorf("%d watchdog pings while the spool was wedged, want none", during)
 	}
-	time.Sleep(3 * interval)
-	if after := countPrefix(h2.notifications(), "WATCHDOG=1") - before - during; after < 1 {
-		t.Error("watchdog pings did not resume after the spool recovered")
-	}
+	waitNotes(t, h2, "watchdog pings resuming after the spool recovered", func(notes []string) bool {
+		return countPrefix(notes, "WATCHDOG=1")-before-during >= 1
+	})
 	h2.stop()
 	if notes := h2.notifications(); notes[len(notes)-1] != "STOPPING=1" {
 		t.Errorf("last notification = %q, want STOPPING=1", notes[len(notes)-1])
+	}
+}
+
+// waitNotes waits until the agent's notifications satisfy cond and returns
+// them.
+func waitNotes(t *testing.T, h *harness, what string, cond func([]string) bool) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		notes := h.notifications()
+		if cond(notes) {
+			return notes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10s: notifications = %q", what, notes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitLogged waits until the agent's log holds msg at least n times and
+// returns how many times it does.
+func waitLogged(t *testing.T, h *harness, msg string, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got := strings.Count(h.logs.String(), msg); got >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not log %q %d times within 10s", msg, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
