@@ -1,4 +1,4 @@
-// Package registrytest runs Debian's real registry server (docker-registry,
-// distribution 2.8) for end-to-end tests: on a free loopback port, with
-// temporary storage and optional htpasswd basic auth, stopped at test cleanup.
+// Package registrytest is test/registry's StartForTest under its old name,
+// kept only until rootfs/oci's tests use test/registry directly: new tests
+// import test/registry.
 package registrytest

@@ -1,7 +1,6 @@
 package registrytest
 
 import (
-	"context"
 	"testing"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/registry"
@@ -16,14 +15,11 @@ type Options struct {
 // Registry is a running docker-registry.
 type Registry = registry.Registry
 
-// Start runs docker-registry until the test ends. A missing binary fails the
-// test with the apt-get command to run: it is never skipped silently.
+// Start is registry.StartForTest.
+//
+// Deprecated: use test/registry's StartForTest; this package stays only
+// until rootfs/oci's tests switch.
 func Start(t testing.TB, opts Options) *Registry {
 	t.Helper()
-	r, err := registry.Start(context.Background(), registry.Options{Dir: t.TempDir(), Username: opts.Username, Password: opts.Password})
-	if err != nil {
-		t.Fatalf("registrytest: %v", err)
-	}
-	t.Cleanup(r.Stop)
-	return r
+	return registry.StartForTest(t, registry.Options{Username: opts.Username, Password: opts.Password})
 }

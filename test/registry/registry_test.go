@@ -1,4 +1,4 @@
-package registrytest
+package registry
 
 import (
 	"net/http"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestStartWithAuth(t *testing.T) {
-	r := Start(t, Options{Username: "alice", Password: "pa55-word"})
+	r := StartForTest(t, Options{Username: "alice", Password: "pa55-word"})
 
 	get := func(user, pass string) int {
 		t.Helper()
@@ -67,7 +67,7 @@ func TestStartWithAuth(t *testing.T) {
 }
 
 func TestStartAnonymous(t *testing.T) {
-	r := Start(t, Options{})
+	r := StartForTest(t, Options{})
 	resp, err := http.Get("http://" + r.Host + "/v2/")
 	if err != nil {
 		t.Fatalf("GET /v2/: %v", err)
