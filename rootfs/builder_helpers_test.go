@@ -40,7 +40,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inspect"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
@@ -50,7 +50,7 @@ var imageCreated = time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // corpusImage turns fstest layers into an OCI image whose layers are
 // encoded in turn with encs (gzip when empty).
-func corpusImage(t testing.TB, layers []fstest.Layer, encs ...images.Compression) v1.Image {
+func corpusImage(t testing.TB, layers []imagetest.Layer, encs ...images.Compression) v1.Image {
 	t.Helper()
 	ls := make([]images.Layer, len(layers))
 	for i, l := range layers {
@@ -166,7 +166,7 @@ type built struct {
 	// mnt is the read-only loop mount of the image.
 	mnt string
 	// snap is the snapshot of the mount.
-	snap fstest.Snapshot
+	snap imagetest.Snapshot
 }
 
 // resolve resolves src, failing the test on error.
@@ -192,9 +192,9 @@ func buildOK(t testing.TB, b *rootfs.Builder, store rootfs.Store, src rootfs.Sou
 	}
 	prog.check(t, layers)
 	checkArtifact(t, store, art)
-	fstest.Fsck(t, art.Path)
-	mnt := fstest.Mount(t, art.Path)
-	snap, err := fstest.SnapshotDir(mnt)
+	imagetest.Fsck(t, art.Path)
+	mnt := imagetest.Mount(t, art.Path)
+	snap, err := imagetest.SnapshotDir(mnt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inject"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inspect"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
@@ -39,35 +39,13 @@ import (
 // layer encoding.
 var encodings = []images.Compression{images.Gzip, images.Zstd, images.Uncompressed}
 
-// noLostFound excludes the lost+found the ext4 writer adds.
-func noLostFound(p string) bool { return p == "lost+found" }
-
 // checkWant compares a build with a corpus expectation: every path, mtimes
-// where the expectation sets one, the root only if it is listed.
-func checkWant(t testing.TB, want, got fstest.Snapshot) {
+// where the expectation sets one, the root only if it is listed, and not
+// the lost+found the ext4 writer adds.
+func checkWant(t testing.TB, want, got imagetest.Snapshot) {
 	t.Helper()
-	for _, d := range fstest.Diff(want, got, fstest.DiffOptions{
-		Exclude:     func(p string) bool { return noLostFound(p) || (p == "." && want["."].Type == "") },
-		IgnoreMtime: func(p string) bool { return want[p].Mtime.IsZero() },
-	}) {
+	for _, d := range imagetest.Diff(want, got, imagetest.CheckOptions(want).SkipLostFound()) {
 		t.Error(d)
-	}
-}
-
-// referenceOptions are the flatten suite's exclusions when comparing with
-// umoci's unpack: lost+found, which umoci does not make; the mtimes of
-// directories no layer declares (umoci stamps implied parents with the
-// time of the unpack, the Builder with the image's creation time); and
-// the directories of Image.UmociMtimeSkew, whose mtime umoci gets wrong.
-func referenceOptions(img fstest.Image, ref fstest.Snapshot) fstest.DiffOptions {
-	declared := fstest.DeclaredDirs(img.Layers)
-	skew := make(map[string]bool)
-	for _, p := range img.UmociMtimeSkew {
-		skew[p] = true
-	}
-	return fstest.DiffOptions{
-		Exclude:     noLostFound,
-		IgnoreMtime: func(p string) bool { return ref[p].Type == "dir" && (!declared[p] || skew[p]) },
 	}
 }
 
@@ -76,7 +54,7 @@ func referenceOptions(img fstest.Image, ref fstest.Snapshot) fstest.DiffOptions 
 // against umoci's unpack, and the go-diskfs read-back against the mount.
 func TestBuildCorpus(t *testing.T) {
 	reg := images.StartRegistry(t, nil)
-	for i, c := range fstest.Corpus() {
+	for i, c := range imagetest.Corpus() {
 		t.Run(c.Name, func(t *testing.T) {
 			if c.Large && testing.Short() {
 				t.Skip("large image in -short mode")
@@ -91,11 +69,11 @@ func TestBuildCorpus(t *testing.T) {
 			}
 			checkWant(t, c.Want(), res.snap)
 			if c.NoReference == "" {
-				ref, err := fstest.SnapshotDir(fstest.UmociRootfs(t, c.Layers))
+				ref, err := imagetest.SnapshotDir(imagetest.UmociRootfs(t, c.Layers))
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, d := range fstest.Diff(ref, res.snap, referenceOptions(c, ref)) {
+				for _, d := range imagetest.Diff(ref, res.snap, c.ReferenceOptions(ref).SkipLostFound()) {
 					t.Errorf("differs from umoci: %s", d)
 				}
 			}
@@ -114,7 +92,7 @@ func TestBuildHostile(t *testing.T) {
 	reg := images.StartRegistry(t, nil)
 	opts := builderOptions(t, reg.Host)
 	b := newBuilder(t, opts)
-	for _, c := range fstest.Hostile() {
+	for _, c := range imagetest.Hostile() {
 		t.Run(c.Name, func(t *testing.T) {
 			ref := reg.Push(t, "hostile/"+strings.ToLower(c.Name)+":v1", corpusImage(t, c.Layers))
 			img := resolve(t, b, rootfs.Source{Ref: ref})
@@ -140,19 +118,19 @@ func TestBuildHostile(t *testing.T) {
 
 // determinismLayers is an image with hard links, xattrs, devices, a
 // sparse file and a few MiB of data over three layers.
-func determinismLayers() []fstest.Layer {
-	var layers []fstest.Layer
-	for _, c := range fstest.Corpus() {
+func determinismLayers() []imagetest.Layer {
+	var layers []imagetest.Layer
+	for _, c := range imagetest.Corpus() {
 		switch c.Name {
 		case "basic", "hardlinks", "xattrs", "sparse":
 			layers = append(layers, c.Layers...)
 		}
 	}
-	return append(layers, fstest.Layer{
-		fstest.Dir("data/"),
-		fstest.Blob("data/one", 3<<20, 1),
-		fstest.Blob("data/two", 700<<10, 2),
-		fstest.File("etc/ssl/certs/ca-certificates.crt", ""),
+	return append(layers, imagetest.Layer{
+		imagetest.Dir("data/"),
+		imagetest.Blob("data/one", 3<<20, 1),
+		imagetest.Blob("data/two", 700<<10, 2),
+		imagetest.File("etc/ssl/certs/ca-certificates.crt", ""),
 	})
 }
 
@@ -193,7 +171,7 @@ func TestBuildDeterministic(t *testing.T) {
 		return art, data
 	}
 	first, firstData := build(t, caFile, envd, "")
-	fstest.Fsck(t, first.Path)
+	imagetest.Fsck(t, first.Path)
 	second, secondData := build(t, caFile, envd, "")
 	if first.SHA256 != second.SHA256 || first.ID != second.ID || !bytes.Equal(firstData, secondData) {
 		t.Errorf("two builds differ: %s (%s, %d bytes) and %s (%s, %d bytes)",
@@ -274,7 +252,7 @@ func TestBuildDeterministic(t *testing.T) {
 			if art.SHA256 == first.SHA256 {
 				t.Errorf("sha256 %s unchanged", art.SHA256)
 			}
-			fstest.Fsck(t, art.Path)
+			imagetest.Fsck(t, art.Path)
 		})
 	}
 }
@@ -284,7 +262,7 @@ func TestBuildDeterministic(t *testing.T) {
 func TestBuildPlatform(t *testing.T) {
 	reg := images.StartRegistry(t, nil)
 	mk := func(arch string) v1.Image {
-		raw, err := fstest.Layer{fstest.File("arch", arch), fstest.File("only-"+arch, arch)}.Tar()
+		raw, err := imagetest.Layer{imagetest.File("arch", arch), imagetest.File("only-"+arch, arch)}.Tar()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +286,7 @@ func TestBuildPlatform(t *testing.T) {
 			if want := reg.Host + "/multi/app@" + d.String(); res.img.Digest != want {
 				t.Errorf("Image.Digest = %s, want the %s manifest %s", res.img.Digest, arch, want)
 			}
-			checkWant(t, fstest.Expect(fstest.WFile("arch", 0o644, arch), fstest.WFile("only-"+arch, 0o644, arch)), res.snap)
+			checkWant(t, imagetest.Expect(imagetest.WFile("arch", 0o644, arch), imagetest.WFile("only-"+arch, 0o644, arch)), res.snap)
 		})
 	}
 	t.Run("Missing", func(t *testing.T) {
@@ -324,8 +302,8 @@ func TestBuildPlatform(t *testing.T) {
 // TestBuildEncodings builds a three-layer image with zstd, uncompressed
 // and mixed layers.
 func TestBuildEncodings(t *testing.T) {
-	var c fstest.Image
-	for _, img := range fstest.Corpus() {
+	var c imagetest.Image
+	for _, img := range imagetest.Corpus() {
 		if img.Name == "hardlinks" {
 			c = img
 		}
@@ -351,14 +329,14 @@ func TestBuildEncodings(t *testing.T) {
 func TestBuildBasicAuth(t *testing.T) {
 	const user, pass = "builder", "S3cret-Registry-Pw"
 	reg := images.StartRegistry(t, images.BasicAuth(user, pass))
-	ref := reg.Push(t, "private/app:v1", corpusImage(t, []fstest.Layer{{fstest.File("secret-app", "ok")}}),
+	ref := reg.Push(t, "private/app:v1", corpusImage(t, []imagetest.Layer{{imagetest.File("secret-app", "ok")}}),
 		remote.WithAuth(&authn.Basic{Username: user, Password: pass}))
 	opts := builderOptions(t, reg.Host)
 	b := newBuilder(t, opts)
 
 	t.Run("Good", func(t *testing.T) {
 		res := buildOK(t, b, opts.Store, rootfs.Source{Ref: ref, Username: user, Password: pass}, 1, nil, nil)
-		checkWant(t, fstest.Expect(fstest.WFile("secret-app", 0o644, "ok")), res.snap)
+		checkWant(t, imagetest.Expect(imagetest.WFile("secret-app", 0o644, "ok")), res.snap)
 	})
 	for name, src := range map[string]rootfs.Source{
 		"WrongPassword": {Ref: ref, Username: user, Password: "Wr0ng-Pa55word"},
@@ -388,9 +366,9 @@ func TestBuildBasicAuth(t *testing.T) {
 // the build fails with a digest error naming the blob, and neither the
 // store nor the cache keeps anything of it.
 func TestBuildDigestMismatch(t *testing.T) {
-	img := corpusImage(t, []fstest.Layer{
-		{fstest.Blob("good", 200<<10, 1)},
-		{fstest.Blob("bad", 300<<10, 2)},
+	img := corpusImage(t, []imagetest.Layer{
+		{imagetest.Blob("good", 200<<10, 1)},
+		{imagetest.Blob("bad", 300<<10, 2)},
 	})
 	bad := images.LayerDigests(t, img)[1]
 	corrupt := images.LayerBlob(t, img, bad)
@@ -425,9 +403,9 @@ func TestBuildDigestMismatch(t *testing.T) {
 // enospcImage is one file of size bytes: random (incompressible) or a
 // repeated phrase (compressing to almost nothing).
 func enospcImage(t *testing.T, size int64, random bool) v1.Image {
-	e := fstest.Blob("payload", size, 7)
+	e := imagetest.Blob("payload", size, 7)
 	if !random {
-		e = fstest.File("payload", strings.Repeat("cube template center fills the disk\n", int(size)/36))
+		e = imagetest.File("payload", strings.Repeat("cube template center fills the disk\n", int(size)/36))
 	} else {
 		// Blob's generator compresses 2.5:1; crypto noise does not.
 		e.Body = make([]byte, size)
@@ -435,7 +413,7 @@ func enospcImage(t *testing.T, size int64, random bool) v1.Image {
 			t.Fatal(err)
 		}
 	}
-	return corpusImage(t, []fstest.Layer{{e}})
+	return corpusImage(t, []imagetest.Layer{{e}})
 }
 
 // noise is a cheap incompressible byte stream.
@@ -470,7 +448,7 @@ func TestBuildNoSpace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ref := reg.Push(t, "big/"+strings.ToLower(c.name)+":v1", enospcImage(t, c.size, c.random))
 			opts := builderOptions(t, reg.Host)
-			opts.Store = rootfs.Store(fstest.Tmpfs(t, c.tmpfs))
+			opts.Store = rootfs.Store(imagetest.Tmpfs(t, c.tmpfs))
 			b := newBuilder(t, opts)
 			img := resolve(t, b, rootfs.Source{Ref: ref})
 			art, err := b.Build(context.Background(), specOf(img, ref, nil, nil), nil)
@@ -515,7 +493,7 @@ func waitBuild(t *testing.T, ch <-chan buildResult) buildResult {
 // error and leaves nothing behind.
 func TestBuildCancel(t *testing.T) {
 	t.Run("DuringFetch", func(t *testing.T) {
-		img := corpusImage(t, []fstest.Layer{{fstest.Blob("a", 100<<10, 1)}, {fstest.Blob("b", 100<<10, 2)}})
+		img := corpusImage(t, []imagetest.Layer{{imagetest.Blob("a", 100<<10, 1)}, {imagetest.Blob("b", 100<<10, 2)}})
 		hang := images.LayerDigests(t, img)[1]
 		started := make(chan struct{})
 		release := make(chan struct{})
@@ -561,8 +539,8 @@ func TestBuildCancel(t *testing.T) {
 	})
 	t.Run("DuringWrite", func(t *testing.T) {
 		reg := images.StartRegistry(t, nil)
-		layers := []fstest.Layer{
-			{fstest.Blob("one", 2<<20, 1)}, {fstest.Blob("two", 2<<20, 2)}, {fstest.Blob("three", 2<<20, 3)},
+		layers := []imagetest.Layer{
+			{imagetest.Blob("one", 2<<20, 1)}, {imagetest.Blob("two", 2<<20, 2)}, {imagetest.Blob("three", 2<<20, 3)},
 		}
 		ref := reg.Push(t, "slow/app:v1", corpusImage(t, layers))
 		opts := builderOptions(t, reg.Host)
@@ -602,12 +580,12 @@ func TestBuildCancel(t *testing.T) {
 // downloads in flight: every blob is still fetched once, and both images
 // are right.
 func TestBuildConcurrentSharedLayers(t *testing.T) {
-	shared := []fstest.Layer{
-		{fstest.Dir("etc/"), fstest.File("etc/os", "shared"), fstest.Blob("usr/lib/big", 2<<20, 11)},
-		{fstest.Blob("usr/bin/tool", 1<<20, 12).Perm(0o755)},
+	shared := []imagetest.Layer{
+		{imagetest.Dir("etc/"), imagetest.File("etc/os", "shared"), imagetest.Blob("usr/lib/big", 2<<20, 11)},
+		{imagetest.Blob("usr/bin/tool", 1<<20, 12).Perm(0o755)},
 	}
-	layersA := append(append([]fstest.Layer{}, shared...), fstest.Layer{fstest.File("app", "A")})
-	layersB := append(append([]fstest.Layer{}, shared...), fstest.Layer{fstest.File("app", "B"), fstest.File("only-b", "b")})
+	layersA := append(append([]imagetest.Layer{}, shared...), imagetest.Layer{imagetest.File("app", "A")})
+	layersB := append(append([]imagetest.Layer{}, shared...), imagetest.Layer{imagetest.File("app", "B"), imagetest.File("only-b", "b")})
 	imgA, imgB := corpusImage(t, layersA), corpusImage(t, layersB)
 	dA, dB := images.LayerDigests(t, imgA), images.LayerDigests(t, imgB)
 	if dA[0] != dB[0] || dA[1] != dB[1] || dA[2] == dB[2] {
@@ -670,22 +648,22 @@ func TestBuildConcurrentSharedLayers(t *testing.T) {
 			t.Errorf("blob %s fetched %d times, want 1", d, n)
 		}
 	}
-	wantShared := []fstest.PathInfo{
-		fstest.WDir("etc", 0o755), fstest.WFile("etc/os", 0o644, "shared"),
-		fstest.WDir("usr", 0o755), fstest.WDir("usr/lib", 0o755), fstest.WFileOf("usr/lib/big", 0o644, shared[0][2]),
-		fstest.WDir("usr/bin", 0o755), fstest.WFileOf("usr/bin/tool", 0o755, shared[1][0]),
+	wantShared := []imagetest.PathInfo{
+		imagetest.WDir("etc", 0o755), imagetest.WFile("etc/os", 0o644, "shared"),
+		imagetest.WDir("usr", 0o755), imagetest.WDir("usr/lib", 0o755), imagetest.WFileOf("usr/lib/big", 0o644, shared[0][2]),
+		imagetest.WDir("usr/bin", 0o755), imagetest.WFileOf("usr/bin/tool", 0o755, shared[1][0]),
 	}
-	wants := []fstest.Snapshot{
-		fstest.Expect(append(wantShared, fstest.WFile("app", 0o644, "A"))...),
-		fstest.Expect(append(wantShared, fstest.WFile("app", 0o644, "B"), fstest.WFile("only-b", 0o644, "b"))...),
+	wants := []imagetest.Snapshot{
+		imagetest.Expect(append(wantShared, imagetest.WFile("app", 0o644, "A"))...),
+		imagetest.Expect(append(wantShared, imagetest.WFile("app", 0o644, "B"), imagetest.WFile("only-b", 0o644, "b"))...),
 	}
 	for i, art := range arts {
 		if errs[i] != nil {
 			t.Errorf("Build %d: %v", i, errs[i])
 			continue
 		}
-		fstest.Fsck(t, art.Path)
-		got, err := fstest.SnapshotDir(fstest.Mount(t, art.Path))
+		imagetest.Fsck(t, art.Path)
+		got, err := imagetest.SnapshotDir(imagetest.Mount(t, art.Path))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -703,36 +681,36 @@ func TestBuildInjection(t *testing.T) {
 	oldBundle := string(oldPEM)
 	envd := fakeEnvd(3)
 
-	debianish := []fstest.Layer{{
-		fstest.Dir("etc/"), fstest.Dir("etc/ssl/"), fstest.Dir("etc/ssl/certs/"),
-		fstest.File("etc/ssl/certs/ca-certificates.crt", oldBundle).Perm(0o444).Owner(0, 0),
-		fstest.Dir("usr/"), fstest.Dir("usr/local/"), fstest.Dir("usr/local/share/"),
-		fstest.Dir("usr/local/share/ca-certificates/").Perm(0o755),
-		fstest.Dir("usr/local/bin/").Perm(0o700).Owner(1000, 1000),
-		fstest.File("usr/local/bin/envd", "old envd").Perm(0o600).Owner(1000, 1000).Xattr("user.old", "1"),
-		fstest.File("usr/local/bin/other", "other"),
+	debianish := []imagetest.Layer{{
+		imagetest.Dir("etc/"), imagetest.Dir("etc/ssl/"), imagetest.Dir("etc/ssl/certs/"),
+		imagetest.File("etc/ssl/certs/ca-certificates.crt", oldBundle).Perm(0o444).Owner(0, 0),
+		imagetest.Dir("usr/"), imagetest.Dir("usr/local/"), imagetest.Dir("usr/local/share/"),
+		imagetest.Dir("usr/local/share/ca-certificates/").Perm(0o755),
+		imagetest.Dir("usr/local/bin/").Perm(0o700).Owner(1000, 1000),
+		imagetest.File("usr/local/bin/envd", "old envd").Perm(0o600).Owner(1000, 1000).Xattr("user.old", "1"),
+		imagetest.File("usr/local/bin/other", "other"),
 	}}
-	scratch := []fstest.Layer{{fstest.File("hello", "hi")}}
+	scratch := []imagetest.Layer{{imagetest.File("hello", "hi")}}
 
 	for _, c := range []struct {
 		name    string
-		layers  []fstest.Layer
+		layers  []imagetest.Layer
 		targets int
-		want    []fstest.PathInfo
+		want    []imagetest.PathInfo
 	}{
-		{"DebianStyle", debianish, 2, []fstest.PathInfo{
-			fstest.WFile("etc/ssl/certs/ca-certificates.crt", 0o444, oldBundle+string(caPEM)),
-			fstest.WFile("usr/local/share/ca-certificates/cube-egress-root.crt", 0o644, string(caPEM)),
-			fstest.WDir("usr/local/bin", 0o700).Owner(1000, 1000),
-			fstest.WFile("usr/local/bin/envd", 0o755, string(envd)).At(imageCreated),
-			fstest.WFile("usr/local/bin/other", 0o644, "other"),
+		{"DebianStyle", debianish, 2, []imagetest.PathInfo{
+			imagetest.WFile("etc/ssl/certs/ca-certificates.crt", 0o444, oldBundle+string(caPEM)),
+			imagetest.WFile("usr/local/share/ca-certificates/cube-egress-root.crt", 0o644, string(caPEM)),
+			imagetest.WDir("usr/local/bin", 0o700).Owner(1000, 1000),
+			imagetest.WFile("usr/local/bin/envd", 0o755, string(envd)).At(imageCreated),
+			imagetest.WFile("usr/local/bin/other", 0o644, "other"),
 		}},
-		{"Scratch", scratch, 1, []fstest.PathInfo{
-			fstest.WFile("hello", 0o644, "hi"),
-			fstest.WDir("etc", 0o755), fstest.WDir("etc/ssl", 0o755), fstest.WDir("etc/ssl/certs", 0o755),
-			fstest.WFile("etc/ssl/certs/ca-certificates.crt", 0o644, string(caPEM)),
-			fstest.WDir("usr", 0o755), fstest.WDir("usr/local", 0o755), fstest.WDir("usr/local/bin", 0o755),
-			fstest.WFile("usr/local/bin/envd", 0o755, string(envd)).At(imageCreated),
+		{"Scratch", scratch, 1, []imagetest.PathInfo{
+			imagetest.WFile("hello", 0o644, "hi"),
+			imagetest.WDir("etc", 0o755), imagetest.WDir("etc/ssl", 0o755), imagetest.WDir("etc/ssl/certs", 0o755),
+			imagetest.WFile("etc/ssl/certs/ca-certificates.crt", 0o644, string(caPEM)),
+			imagetest.WDir("usr", 0o755), imagetest.WDir("usr/local", 0o755), imagetest.WDir("usr/local/bin", 0o755),
+			imagetest.WFile("usr/local/bin/envd", 0o755, string(envd)).At(imageCreated),
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -752,8 +730,8 @@ func TestBuildInjection(t *testing.T) {
 				t.Errorf("CABaked, CATargets = %v, %d; want true, %d", res.art.CABaked, res.art.CATargets, c.targets)
 			}
 			// Only the listed paths and their unlisted parents are compared.
-			want := fstest.Expect(c.want...)
-			got := fstest.Snapshot{}
+			want := imagetest.Expect(c.want...)
+			got := imagetest.Snapshot{}
 			for p, info := range res.snap {
 				if _, ok := want[p]; ok {
 					got[p] = info
@@ -763,7 +741,7 @@ func TestBuildInjection(t *testing.T) {
 			// The rest of the image: every listed path exists, nothing else
 			// was added but the directories of the injected files.
 			for p := range res.snap {
-				if _, ok := want[p]; !ok && p != "." && p != "lost+found" && !declaredIn(c.layers, p) {
+				if _, ok := want[p]; !ok && p != "." && p != imagetest.LostFound && !declaredIn(c.layers, p) {
 					t.Errorf("unexpected path %q in the image", p)
 				}
 			}
@@ -785,7 +763,7 @@ func TestBuildInjection(t *testing.T) {
 }
 
 // declaredIn reports whether some layer has an entry at p.
-func declaredIn(layers []fstest.Layer, p string) bool {
+func declaredIn(layers []imagetest.Layer, p string) bool {
 	for _, l := range layers {
 		for _, e := range l {
 			if strings.TrimSuffix(e.Name, "/") == p {

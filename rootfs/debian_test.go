@@ -12,9 +12,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/registrytest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
+	"github.com/cubesandbox/cubetemplatecenter/test/registry"
 )
 
 // TestBuildDebian builds a realistic image: a debootstrap'ed Debian
@@ -30,7 +30,7 @@ func TestBuildDebian(t *testing.T) {
 	}
 	tree := images.DebianRootfs(t)
 	img := images.DebianImage(t)
-	reg := registrytest.Start(t, registrytest.Options{})
+	reg := registry.StartForTest(t, registry.Options{})
 	ref := reg.Ref("debian/minbase:bookworm")
 	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
@@ -47,16 +47,16 @@ func TestBuildDebian(t *testing.T) {
 		t.Errorf("image config = %+v, want DebianImage's entrypoint and cmd", c)
 	}
 
-	want, err := fstest.SnapshotDir(tree)
+	want, err := imagetest.SnapshotDir(tree)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The only path the image adds is the lost+found the ext4 writer makes;
 	// the tree has none (debootstrap does not create one).
-	if _, ok := want["lost+found"]; ok {
+	if _, ok := want[imagetest.LostFound]; ok {
 		t.Fatal("the debootstrap tree has a lost+found; the comparison would hide it")
 	}
-	diffs := fstest.Diff(want, res.snap, fstest.DiffOptions{Exclude: noLostFound})
+	diffs := imagetest.Diff(want, res.snap, imagetest.DiffOptions{}.SkipLostFound())
 	for i, d := range diffs {
 		if i == 50 {
 			t.Errorf("... and %d more differences", len(diffs)-50)
@@ -101,7 +101,7 @@ func TestBuildDebian(t *testing.T) {
 		}
 		umount(t, mnt)
 	}()
-	fstest.Fsck(t, rw)
+	imagetest.Fsck(t, rw)
 }
 
 // mountRW loop-mounts an image read-write; the caller unmounts it with

@@ -17,7 +17,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // zstdFiles lists the committed zstd forms and the temp files in a cache dir.
@@ -448,7 +448,7 @@ func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
 // TestTranscodeNoSpace: a disk too full for the zstd form leaves the served
 // blob in place and usable, counts a failure and leaves no temp file.
 func TestTranscodeNoSpace(t *testing.T) {
-	dir := fstest.Tmpfs(t, "5m")
+	dir := imagetest.Tmpfs(t, "5m")
 	reg, img := servedImage(t, 1, 3<<20) // random: the zstd form is as big as the blob
 	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
 	fetchImage(t, c, reg, img).Close()

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // repeatReader yields n bytes cycling over a random block pattern.
@@ -160,7 +162,7 @@ func TestBenchTreeIsClean(t *testing.T) {
 	}
 	im := newImage(t, testOptions())
 	im.finish(benchTree(im.w))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 }
 
 // gzipStream returns a gzip stream of n bytes of semi-compressible data

@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 func TestFinishRejectsInvalidNodes(t *testing.T) {
@@ -71,7 +71,7 @@ func fmtQ(s string) string { return strings.ReplaceAll(s, "\x00", `\x00`) }
 func TestDirectoryWithoutChildrenIsEmpty(t *testing.T) {
 	im := newImage(t, testOptions())
 	im.finish(dir(map[string]*Node{"empty": {Mode: ModeDir | 0o755}}))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 	if out := debugfs(t, im.path, "ls -p /empty"); len(strings.Fields(out)) != 2 {
 		t.Errorf("ls /empty:\n%s", out)
 	}
@@ -230,28 +230,14 @@ func TestMaxSizeFits(t *testing.T) {
 	if st.Size != 16<<20 {
 		t.Errorf("image is %d bytes, want %d", st.Size, 16<<20)
 	}
-	fsck(t, im.path)
-}
-
-// smallFS mounts a tmpfs of the given size for the test.
-func smallFS(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	d := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", d).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { umount(t, d) })
-	return d
+	imagetest.Fsck(t, im.path)
 }
 
 // TestNoSpace fills a small tmpfs. Data is written asynchronously, so the
 // ENOSPC surfaces in a later WriteData or at the latest in Finish, wrapped
 // with what was being written.
 func TestNoSpace(t *testing.T) {
-	d := smallFS(t, "4m")
+	d := imagetest.Tmpfs(t, "4m")
 	im := newImageAt(t, filepath.Join(d, "fs.ext4"), testOptions())
 	root := dir(map[string]*Node{})
 	var err error
@@ -273,7 +259,7 @@ func TestNoSpace(t *testing.T) {
 	// Finish itself runs out of space: data leaves fewer free pages than
 	// the metadata blocks (superblock, descriptors, bitmaps, inode table,
 	// directories) need.
-	d2 := smallFS(t, "2m")
+	d2 := imagetest.Tmpfs(t, "2m")
 	im2 := newImageAt(t, filepath.Join(d2, "fs.ext4"), testOptions())
 	n := im2.file(0o644, randBytes(2, 2040<<10))
 	_, err = im2.w.Finish(context.Background(), dir(map[string]*Node{"f": n}))

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // TestFragmentedFileExtentTree fills the holes left by released files with
@@ -41,7 +43,7 @@ func TestFragmentedFileExtentTree(t *testing.T) {
 		t.Fatalf("OpenData: %d bytes, %v; content differs", len(got), err)
 	}
 	st := im.finish(root)
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 
 	stat := debugfs(t, im.path, "stat /big")
 	if m := regexp.MustCompile(`Level Entries`).FindString(stat); m == "" && !strings.Contains(stat, "(ETB") {
@@ -56,7 +58,7 @@ func TestFragmentedFileExtentTree(t *testing.T) {
 	if used := st.BlocksTotal - st.BlocksFree; used > dataBlocks+200 {
 		t.Errorf("%d blocks used for %d data blocks", used, dataBlocks)
 	}
-	mnt := mount(t, im.path, false)
+	mnt := imagetest.Mount(t, im.path)
 	b, err := os.ReadFile(filepath.Join(mnt, "big"))
 	if err != nil || sha(b) != sha(bigContent) {
 		t.Errorf("read big through the kernel: %v, sha %s want %s", err, sha(b), sha(bigContent))
@@ -130,8 +132,8 @@ func TestSparse5GiB(t *testing.T) {
 	if st.Size > 64<<20 {
 		t.Errorf("image of a sparse file is %d bytes", st.Size)
 	}
-	fsck(t, im.path)
-	mnt := mount(t, im.path, false)
+	imagetest.Fsck(t, im.path)
+	mnt := imagetest.Mount(t, im.path)
 	f, err := os.Open(filepath.Join(mnt, "sparse"))
 	if err != nil {
 		t.Fatal(err)
@@ -181,11 +183,11 @@ func TestReleaseReusesBlocks(t *testing.T) {
 	c := im.file(0o644, randBytes(3, 1<<20))
 	im.w.Release(c.Data)
 	st := im.finish(dir(map[string]*Node{"b": b}))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 	if st.Size > 16<<20 {
 		t.Errorf("image is %d bytes for 10 MiB of live data", st.Size)
 	}
-	mnt := mount(t, im.path, false)
+	mnt := imagetest.Mount(t, im.path)
 	got, err := os.ReadFile(filepath.Join(mnt, "b"))
 	if err != nil || sha(got) != sha(randBytes(2, 10<<20)) {
 		t.Errorf("read b: %v, content differs", err)
@@ -199,11 +201,11 @@ func TestEmptyTree(t *testing.T) {
 			o.JournalBlocks = journal
 			im := newImage(t, o)
 			st := im.finish(&Node{Mode: ModeDir | 0o755})
-			fsck(t, im.path)
+			imagetest.Fsck(t, im.path)
 			if st.InodesTotal-st.InodesFree != firstIno {
 				t.Errorf("%d inodes used, want %d", st.InodesTotal-st.InodesFree, firstIno)
 			}
-			mnt := mount(t, im.path, false)
+			mnt := imagetest.Mount(t, im.path)
 			ents, err := os.ReadDir(mnt)
 			if err != nil || len(ents) != 1 || ents[0].Name() != "lost+found" {
 				t.Errorf("root holds %v, %v; want only lost+found", ents, err)
@@ -228,8 +230,8 @@ func TestCopyFromOpenData(t *testing.T) {
 		t.Fatalf("OpenData of the copy: %v, content differs", err)
 	}
 	im.finish(dir(map[string]*Node{"a": a, "b": b}))
-	fsck(t, im.path)
-	mnt := mount(t, im.path, false)
+	imagetest.Fsck(t, im.path)
+	mnt := imagetest.Mount(t, im.path)
 	for _, name := range []string{"a", "b"} {
 		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, content) {
 			t.Errorf("read %s: %v, content differs", name, err)
@@ -247,7 +249,7 @@ func TestFreedContentIsCleared(t *testing.T) {
 	keep := im.file(0o644, randBytes(1, 100<<10))
 	im.file(0o644, bytes.Repeat([]byte("UNREFERENCED-DATA"), 1000)) // written, never linked
 	im.finish(dir(map[string]*Node{"keep": keep}))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 	img, err := os.ReadFile(im.path)
 	if err != nil {
 		t.Fatal(err)
@@ -301,5 +303,5 @@ func TestConcurrentUse(t *testing.T) {
 	default:
 	}
 	im.finish(root)
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // TestManyGroups lays out 12 block groups of file data (without writing
@@ -51,13 +53,13 @@ func TestManyGroups(t *testing.T) {
 	if groups < 12 {
 		t.Fatalf("%d groups, want at least 12", groups)
 	}
-	fsck(t, path)
+	imagetest.Fsck(t, path)
 	for g := uint64(1); g < groups; g++ {
 		if !hasSuper(g) {
 			continue
 		}
 		b := fmt.Sprint(g * blocksPerGroup)
-		out, err := exec.Command(needTool(t, "e2fsck"), "-fn", "-b", b, "-B", "4096", path).CombinedOutput()
+		out, err := exec.Command(imagetest.Tool(t, "e2fsck"), "-fn", "-b", b, "-B", "4096", path).CombinedOutput()
 		if err != nil {
 			t.Errorf("e2fsck with the backup superblock of group %d: %v\n%s", g, err, out)
 		}
@@ -65,7 +67,7 @@ func TestManyGroups(t *testing.T) {
 	if got := fmt.Sprint(hasSuper(3), hasSuper(25), hasSuper(10), hasSuper(49), hasSuper(81), hasSuper(15)); got != "true true false true true false" {
 		t.Errorf("hasSuper(3, 25, 10, 49, 81, 15) = %s", got)
 	}
-	mnt := mount(t, path, false)
+	mnt := imagetest.Mount(t, path)
 	ents, err := os.ReadDir(mnt)
 	if err != nil || len(ents) != 13 {
 		t.Errorf("readdir: %d entries, %v; want 13", len(ents), err)

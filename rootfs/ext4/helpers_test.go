@@ -10,9 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // testTime is a fixed timestamp with nanoseconds.
@@ -88,64 +89,16 @@ func dir(children map[string]*Node) *Node {
 	return &Node{Mode: ModeDir | 0o755, Children: children, Atime: testTime, Mtime: testTime, Ctime: testTime, Crtime: testTime}
 }
 
-func needTool(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		for _, d := range []string{"/sbin", "/usr/sbin"} {
-			if _, err := os.Stat(filepath.Join(d, name)); err == nil {
-				return filepath.Join(d, name)
-			}
-		}
-		t.Fatalf("%s not found (apt-get install e2fsprogs)", name)
-	}
-	return p
-}
-
-// fsck runs e2fsck -fn and fails the test unless it exits 0.
-func fsck(t testing.TB, path string) {
-	t.Helper()
-	out, err := exec.Command(needTool(t, "e2fsck"), "-fn", path).CombinedOutput()
-	if err != nil {
-		t.Fatalf("e2fsck -fn %s: %v\n%s", path, err, out)
-	}
-}
-
 // debugfs runs one debugfs request against the image.
 func debugfs(t testing.TB, path, req string) string {
 	t.Helper()
-	cmd := exec.Command(needTool(t, "debugfs"), "-R", req, path)
+	cmd := exec.Command(imagetest.Tool(t, "debugfs"), "-R", req, path)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("debugfs -R %q: %v\n%s", req, err, errb.String())
 	}
 	return out.String()
-}
-
-// mount loop-mounts the image (read-only unless rw) until the test ends.
-func mount(t testing.TB, path string, rw bool) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("loop mounts need root")
-	}
-	mnt := t.TempDir()
-	opt := "loop,ro"
-	if rw {
-		opt = "loop"
-	}
-	if out, err := exec.Command("mount", "-t", "ext4", "-o", opt, path, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount %s: %v\n%s", path, err, out)
-	}
-	t.Cleanup(func() { umount(t, mnt) })
-	return mnt
-}
-
-func umount(t testing.TB, mnt string) {
-	t.Helper()
-	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil && !strings.Contains(string(out), "not mounted") {
-		t.Errorf("umount %s: %v\n%s", mnt, err, out)
-	}
 }
 
 func randBytes(seed uint64, n int) []byte {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // TestDirHashMatchesE2fsprogs compares dirHash with debugfs dx_hash using
@@ -54,7 +56,7 @@ func TestLargeDirectoryHtree(t *testing.T) {
 		sub.Children[fmt.Sprintf("d%04d", i)] = dir(nil)
 	}
 	im.finish(dir(map[string]*Node{"flat": flat, "two": twoLevel, "subdirs": sub}))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 
 	h := debugfs(t, im.path, "htree /flat")
 	if !strings.Contains(h, "Indirect levels: 0") || !strings.Contains(h, "Number of entries (limit): 507") {
@@ -68,7 +70,7 @@ func TestLargeDirectoryHtree(t *testing.T) {
 		t.Errorf("/flat lacks the index flag:\n%.300s", st)
 	}
 
-	mnt := mount(t, im.path, false)
+	mnt := imagetest.Mount(t, im.path)
 	for _, d := range []string{"flat", "two", "subdirs"} {
 		n := 0
 		for name := range map[string]*Node{"flat": flat, "two": twoLevel, "subdirs": sub}[d].Children {

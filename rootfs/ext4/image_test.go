@@ -13,6 +13,8 @@ import (
 
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem/ext4"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 func copyFile(t *testing.T, src, dst string) {
@@ -49,7 +51,7 @@ func TestReadWriteMount(t *testing.T) {
 			// Full htree leaves the kernel has to split on insert.
 			tr.root.Children["big"] = bigDir(3000, func(i int) string { return fmt.Sprintf("entry-%05d", i) })
 			im.finish(tr.root)
-			fsck(t, im.path)
+			imagetest.Fsck(t, im.path)
 
 			feat := debugfs(t, im.path, "features")
 			if hasJ := strings.Contains(feat, "has_journal"); hasJ != (journal > 0) {
@@ -68,7 +70,7 @@ func TestReadWriteMount(t *testing.T) {
 
 			rw := filepath.Join(t.TempDir(), "rw.ext4")
 			copyFile(t, im.path, rw)
-			mnt := mount(t, rw, true)
+			mnt := imagetest.MountRW(t, rw)
 			for i := 0; i < 300; i++ {
 				p := filepath.Join(mnt, "regular", fmt.Sprintf("new-%03d", i))
 				if err := os.WriteFile(p, randBytes(uint64(i), 5000+i*100), 0o644); err != nil {
@@ -109,8 +111,8 @@ func TestReadWriteMount(t *testing.T) {
 			if err := syscall.Setxattr(filepath.Join(mnt, "xattr", "caps"), "user.added", []byte("later"), 0); err != nil {
 				t.Fatal(err)
 			}
-			umount(t, mnt)
-			fsck(t, rw)
+			imagetest.Umount(t, mnt)
+			imagetest.Fsck(t, rw)
 		})
 	}
 }
@@ -139,7 +141,7 @@ func TestDeterministic(t *testing.T) {
 	a, b := filepath.Join(d, "a.ext4"), filepath.Join(d, "b.ext4")
 	buildDeterministic(t, a)
 	buildDeterministic(t, b)
-	fsck(t, a)
+	imagetest.Fsck(t, a)
 	if sa, sb := fileSHA(t, a), fileSHA(t, b); sa != sb {
 		out, _ := exec.Command("cmp", a, b).CombinedOutput()
 		t.Errorf("two builds differ: %s vs %s (%s)", sa, sb, out)
@@ -176,7 +178,7 @@ func TestGoDiskfsReadsImage(t *testing.T) {
 	names := map[string]*Node{"small.txt": small, "medium.bin": med, "frag.bin": frag,
 		"sub": bigDir(1000, func(i int) string { return fmt.Sprintf("n%04d", i) })}
 	im.finish(dir(names))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 
 	f, err := os.Open(im.path)
 	if err != nil {

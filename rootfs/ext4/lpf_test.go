@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // TestTreeLostFound keeps a lost+found the tree brings (with its mode,
@@ -15,12 +17,12 @@ func TestTreeLostFound(t *testing.T) {
 	lpf.Mode = ModeDir | 0o700
 	lpf.UID = 7
 	im.finish(dir(map[string]*Node{"lost+found": lpf, "a": dir(nil)}))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 	st := debugfs(t, im.path, "stat /lost+found")
 	if !strings.Contains(st, "Inode: 11 ") || !strings.Contains(st, "User:     7") {
 		t.Errorf("stat /lost+found:\n%.300s", st)
 	}
-	mnt := mount(t, im.path, false)
+	mnt := imagetest.Mount(t, im.path)
 	if b, err := os.ReadFile(filepath.Join(mnt, "lost+found", "orphan")); err != nil || string(b) != "recovered" {
 		t.Errorf("read lost+found/orphan: %q, %v", b, err)
 	}
@@ -31,7 +33,7 @@ func TestTreeLostFound(t *testing.T) {
 func TestLostFoundNotADirectory(t *testing.T) {
 	im := newImage(t, testOptions())
 	st := im.finish(dir(map[string]*Node{"lost+found": im.file(0o644, []byte("x"))}))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 	if used := st.InodesTotal - st.InodesFree; used != firstIno {
 		t.Errorf("%d inodes used, want %d (1-10 and the file)", used, firstIno)
 	}
@@ -49,7 +51,7 @@ func TestManySubdirectories(t *testing.T) {
 		parent.Children[itoa(i)] = &Node{Mode: ModeDir | 0o755}
 	}
 	im.finish(dir(map[string]*Node{"many": parent}))
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 	if st := debugfs(t, im.path, "stat /many"); !strings.Contains(st, "Links: 1 ") {
 		t.Errorf("stat /many:\n%.300s", st)
 	}

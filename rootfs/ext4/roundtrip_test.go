@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // tree is a test tree plus the content of each regular file.
@@ -147,8 +149,8 @@ func TestRichTreeKernelView(t *testing.T) {
 	im := newImage(t, testOptions())
 	tr := richTree(im)
 	im.finish(tr.root)
-	fsck(t, im.path)
-	mnt := mount(t, im.path, false)
+	imagetest.Fsck(t, im.path)
+	mnt := imagetest.Mount(t, im.path)
 	verifyMount(t, mnt, tr)
 }
 
@@ -156,7 +158,7 @@ func TestRichTreeDebugfsView(t *testing.T) {
 	im := newImage(t, testOptions())
 	tr := richTree(im)
 	im.finish(tr.root)
-	fsck(t, im.path)
+	imagetest.Fsck(t, im.path)
 
 	// ls -p lines are /inode/mode/uid/gid/name/size/.
 	out := debugfs(t, im.path, "ls -p /modes")

@@ -3,6 +3,8 @@ package ext4
 import (
 	"fmt"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 // TestSizing checks the size rule: blocks in use plus
@@ -33,7 +35,7 @@ func TestSizing(t *testing.T) {
 				root.Children[fmt.Sprintf("f%d", i)] = im.file(0o644, randBytes(uint64(i), min(1<<20, c.data-i*(1<<20))))
 			}
 			st := im.finish(root)
-			fsck(t, im.path)
+			imagetest.Fsck(t, im.path)
 			used := st.BlocksTotal - st.BlocksFree
 			want := used + max(used*uint64(c.pct)/100, c.min)
 			want = (want + sizeAlign - 1) / sizeAlign * sizeAlign

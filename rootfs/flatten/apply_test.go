@@ -10,24 +10,26 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 func TestTimes(t *testing.T) {
 	store := fstest.NewMemStore()
-	tree := flatten.New(store, flatten.Options{RootTime: fstest.T3})
-	flattenLayers(t, tree, []fstest.Layer{{
-		fstest.File("times", "t").Times(fstest.T2, fstest.T3),
-		fstest.File("plain", "p").At(fstest.T1),
-		fstest.File("implied/child", "c"),
-	}}, fstest.Uncompressed)
+	tree := flatten.New(store, flatten.Options{RootTime: imagetest.T3})
+	flattenLayers(t, tree, []imagetest.Layer{{
+		imagetest.File("times", "t").Times(imagetest.T2, imagetest.T3),
+		imagetest.File("plain", "p").At(imagetest.T1),
+		imagetest.File("implied/child", "c"),
+	}}, images.Uncompressed)
 	tests := []struct {
 		path                       string
 		atime, mtime, ctime, crtim any
 	}{
-		{"times", fstest.T2, fstest.Epoch, fstest.T3, fstest.Epoch},
-		{"plain", fstest.T1, fstest.T1, fstest.T1, fstest.T1},
-		{"implied", fstest.T3, fstest.T3, fstest.T3, fstest.T3},
-		{".", fstest.T3, fstest.T3, fstest.T3, fstest.T3},
+		{"times", imagetest.T2, imagetest.Epoch, imagetest.T3, imagetest.Epoch},
+		{"plain", imagetest.T1, imagetest.T1, imagetest.T1, imagetest.T1},
+		{"implied", imagetest.T3, imagetest.T3, imagetest.T3, imagetest.T3},
+		{".", imagetest.T3, imagetest.T3, imagetest.T3, imagetest.T3},
 	}
 	for _, tc := range tests {
 		n, err := tree.Lookup(tc.path)
@@ -61,7 +63,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func TestApplyLayerReadsToEOF(t *testing.T) {
-	raw, err := fstest.Layer{fstest.File("f", "x")}.Tar()
+	raw, err := imagetest.Layer{imagetest.File("f", "x")}.Tar()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func TestApplyLayerReadsToEOF(t *testing.T) {
 }
 
 func TestApplyLayerCanceled(t *testing.T) {
-	raw, err := fstest.Layer{fstest.File("f", "x")}.Tar()
+	raw, err := imagetest.Layer{imagetest.File("f", "x")}.Tar()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestApplyLayerCanceled(t *testing.T) {
 }
 
 func TestApplyLayerStoreError(t *testing.T) {
-	raw, err := fstest.Layer{fstest.File("a", "a"), fstest.File("b", "b")}.Tar()
+	raw, err := imagetest.Layer{imagetest.File("a", "a"), imagetest.File("b", "b")}.Tar()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestApplyLayerStoreError(t *testing.T) {
 }
 
 func TestApplyLayerTruncated(t *testing.T) {
-	raw, err := fstest.Layer{fstest.Blob("big", 100000, 1)}.Tar()
+	raw, err := imagetest.Layer{imagetest.Blob("big", 100000, 1)}.Tar()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +139,7 @@ func (s *streamCheckStore) WriteData(ctx context.Context, r io.Reader, size int6
 
 func TestApplyLayerStreams(t *testing.T) {
 	const size = 64 << 20
-	raw, err := fstest.Layer{fstest.Blob("big", size, 7)}.Tar()
+	raw, err := imagetest.Layer{imagetest.Blob("big", size, 7)}.Tar()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,9 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // benchLayer is about 200 MB of files sized like a distribution's: many
@@ -20,14 +22,14 @@ import (
 func benchLayer(b *testing.B) []byte {
 	b.Helper()
 	sizes := []int64{300, 2 << 10, 9 << 10, 40 << 10, 150 << 10, 700 << 10, 3 << 20}
-	var l fstest.Layer
+	var l imagetest.Layer
 	var total int64
 	for i := 0; total < 200<<20; i++ {
 		if i%16 == 0 {
-			l = append(l, fstest.Dir(fmt.Sprintf("d%03d/", i/16)))
+			l = append(l, imagetest.Dir(fmt.Sprintf("d%03d/", i/16)))
 		}
 		size := sizes[i%len(sizes)]
-		l = append(l, fstest.Blob(fmt.Sprintf("d%03d/f%05d", i/16, i), size, uint64(i)))
+		l = append(l, imagetest.Blob(fmt.Sprintf("d%03d/f%05d", i/16, i), size, uint64(i)))
 		total += size
 	}
 	raw, err := l.Tar()
@@ -42,8 +44,8 @@ func benchLayer(b *testing.B) []byte {
 // writer. Throughput is in uncompressed bytes.
 func BenchmarkApplyLayer(b *testing.B) {
 	raw := benchLayer(b)
-	for _, enc := range []fstest.Compression{fstest.Uncompressed, fstest.Gzip} {
-		blob, err := fstest.Compress(enc, raw)
+	for _, enc := range []images.Compression{images.Uncompressed, images.Gzip} {
+		blob, err := enc.Encode(raw)
 		if err != nil {
 			b.Fatal(err)
 		}

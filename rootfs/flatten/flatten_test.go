@@ -13,16 +13,18 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // encodings rotate over the corpus so every rule is also exercised through
 // Decompress with each layer encoding.
-var encodings = []fstest.Compression{fstest.Gzip, fstest.Zstd, fstest.Uncompressed}
+var encodings = []images.Compression{images.Gzip, images.Zstd, images.Uncompressed}
 
 // flattenLayers applies layers in order, each encoded with enc and
 // decoded by layercodec.Decompress.
-func flattenLayers(t testing.TB, tree *flatten.Tree, layers []fstest.Layer, enc fstest.Compression) {
+func flattenLayers(t testing.TB, tree *flatten.Tree, layers []imagetest.Layer, enc images.Compression) {
 	t.Helper()
 	for i, l := range layers {
 		if err := applyLayer(tree, i, l, enc); err != nil {
@@ -31,12 +33,12 @@ func flattenLayers(t testing.TB, tree *flatten.Tree, layers []fstest.Layer, enc 
 	}
 }
 
-func applyLayer(tree *flatten.Tree, i int, l fstest.Layer, enc fstest.Compression) error {
+func applyLayer(tree *flatten.Tree, i int, l imagetest.Layer, enc images.Compression) error {
 	raw, err := l.Tar()
 	if err != nil {
 		return err
 	}
-	blob, err := fstest.Compress(enc, raw)
+	blob, err := enc.Encode(raw)
 	if err != nil {
 		return err
 	}
@@ -79,7 +81,7 @@ func checkStore(t testing.TB, tree *flatten.Tree, store *fstest.MemStore) {
 	}
 }
 
-func snapshot(t testing.TB, tree *flatten.Tree, store flatten.DataStore) fstest.Snapshot {
+func snapshot(t testing.TB, tree *flatten.Tree, store flatten.DataStore) imagetest.Snapshot {
 	t.Helper()
 	s, err := fstest.SnapshotTree(tree.Root(), store.OpenData)
 	if err != nil {
@@ -94,19 +96,19 @@ func snapshot(t testing.TB, tree *flatten.Tree, store flatten.DataStore) fstest.
 // the last link goes), Umoci (the reference itself) and Ext4 (the real image
 // writer, then e2fsck, a read-only loop mount and a snapshot).
 func TestCorpus(t *testing.T) {
-	for i, img := range fstest.Corpus() {
+	for i, img := range imagetest.Corpus() {
 		t.Run(img.Name, func(t *testing.T) {
 			if img.Large && testing.Short() {
 				t.Skip("large image in -short mode")
 			}
-			var ref fstest.Snapshot
-			reference := func(t *testing.T) fstest.Snapshot {
+			var ref imagetest.Snapshot
+			reference := func(t *testing.T) imagetest.Snapshot {
 				t.Helper()
 				if img.NoReference != "" {
 					return nil
 				}
 				if ref == nil {
-					s, err := fstest.SnapshotDir(fstest.UmociRootfs(t, img.Layers))
+					s, err := imagetest.SnapshotDir(imagetest.UmociRootfs(t, img.Layers))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -116,10 +118,10 @@ func TestCorpus(t *testing.T) {
 			}
 			t.Run("Memory", func(t *testing.T) {
 				store := fstest.NewMemStore()
-				tree := flatten.New(store, flatten.Options{RootTime: fstest.T1})
+				tree := flatten.New(store, flatten.Options{RootTime: imagetest.T1})
 				flattenLayers(t, tree, img.Layers, encodings[i%len(encodings)])
 				got := snapshot(t, tree, store)
-				for _, d := range fstest.Check(img.Want(), got) {
+				for _, d := range imagetest.Check(img.Want(), got) {
 					t.Error(d)
 				}
 				checkStore(t, tree, store)
@@ -127,7 +129,7 @@ func TestCorpus(t *testing.T) {
 					return // umoci needs root; Umoci reports the skip
 				}
 				if ref := reference(t); ref != nil {
-					for _, d := range fstest.Diff(ref, got, referenceOptions(img, ref)) {
+					for _, d := range imagetest.Diff(ref, got, img.ReferenceOptions(ref)) {
 						t.Errorf("differs from umoci: %s", d)
 					}
 				}
@@ -142,46 +144,23 @@ func TestCorpus(t *testing.T) {
 					i.Mtime = time.Time{}
 					want[p] = i
 				}
-				for _, d := range fstest.Check(want, reference(t)) {
+				for _, d := range imagetest.Check(want, reference(t)) {
 					t.Errorf("umoci disagrees with the expectation: %s", d)
 				}
 			})
 			t.Run("Ext4", func(t *testing.T) {
 				got := flattenToExt4(t, img.Layers)
-				noLPF := fstest.DiffOptions{Exclude: func(p string) bool { return p == "lost+found" }}
 				want := img.Want()
-				for _, d := range fstest.Diff(want, got, fstest.DiffOptions{
-					Exclude:     func(p string) bool { return p == "lost+found" || (p == "." && want["."].Type == "") },
-					IgnoreMtime: func(p string) bool { return want[p].Mtime.IsZero() },
-				}) {
+				for _, d := range imagetest.Diff(want, got, imagetest.CheckOptions(want).SkipLostFound()) {
 					t.Error(d)
 				}
 				if ref := reference(t); ref != nil {
-					opts := referenceOptions(img, ref)
-					opts.Exclude = noLPF.Exclude
-					for _, d := range fstest.Diff(ref, got, opts) {
+					for _, d := range imagetest.Diff(ref, got, img.ReferenceOptions(ref).SkipLostFound()) {
 						t.Errorf("differs from umoci: %s", d)
 					}
 				}
 			})
 		})
-	}
-}
-
-// referenceOptions is how a flattened tree is compared with umoci's
-// unpack. Intentional exclusions, all directory mtimes: those of
-// directories no layer declares (the root included), because umoci stamps
-// implied parents with the time of the unpack while the tree uses
-// Options.RootTime; and those listed in Image.UmociMtimeSkew, which umoci
-// gets wrong.
-func referenceOptions(img fstest.Image, ref fstest.Snapshot) fstest.DiffOptions {
-	declared := fstest.DeclaredDirs(img.Layers)
-	skew := make(map[string]bool)
-	for _, p := range img.UmociMtimeSkew {
-		skew[p] = true
-	}
-	return fstest.DiffOptions{
-		IgnoreMtime: func(p string) bool { return ref[p].Type == "dir" && (!declared[p] || skew[p]) },
 	}
 }
 
@@ -191,7 +170,7 @@ func ext4Options() ext4.Options {
 		UUID:              [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
 		HashSeed:          [16]byte{16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1},
 		Label:             "flatten-test",
-		Time:              fstest.T1,
+		Time:              imagetest.T1,
 		JournalBlocks:     1024,
 		HeadroomPercent:   10,
 		HeadroomMinBlocks: 256,
@@ -201,7 +180,7 @@ func ext4Options() ext4.Options {
 
 // flattenToExt4 flattens layers into a real ext4 image, checks it with
 // e2fsck, mounts it read-only and returns its snapshot.
-func flattenToExt4(t *testing.T, layers []fstest.Layer) fstest.Snapshot {
+func flattenToExt4(t *testing.T, layers []imagetest.Layer) imagetest.Snapshot {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "image.ext4")
 	f, err := os.Create(path)
@@ -213,16 +192,16 @@ func flattenToExt4(t *testing.T, layers []fstest.Layer) fstest.Snapshot {
 	if err != nil {
 		t.Fatalf("NewWriter: %v", err)
 	}
-	tree := flatten.New(w, flatten.Options{RootTime: fstest.T1})
-	flattenLayers(t, tree, layers, fstest.Gzip)
+	tree := flatten.New(w, flatten.Options{RootTime: imagetest.T1})
+	flattenLayers(t, tree, layers, images.Gzip)
 	if _, err := w.Finish(context.Background(), tree.Root()); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fstest.Fsck(t, path)
-	got, err := fstest.SnapshotDir(fstest.Mount(t, path))
+	imagetest.Fsck(t, path)
+	got, err := imagetest.SnapshotDir(imagetest.Mount(t, path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,13 +209,13 @@ func flattenToExt4(t *testing.T, layers []fstest.Layer) fstest.Snapshot {
 }
 
 func TestHostile(t *testing.T) {
-	for _, c := range fstest.Hostile() {
+	for _, c := range imagetest.Hostile() {
 		t.Run(c.Name, func(t *testing.T) {
 			store := fstest.NewMemStore()
 			tree := flatten.New(store, flatten.Options{})
 			last := len(c.Layers) - 1
-			flattenLayers(t, tree, c.Layers[:last], fstest.Uncompressed)
-			err := applyLayer(tree, last, c.Layers[last], fstest.Uncompressed)
+			flattenLayers(t, tree, c.Layers[:last], images.Uncompressed)
+			err := applyLayer(tree, last, c.Layers[last], images.Uncompressed)
 			var ee *flatten.EntryError
 			if !errors.As(err, &ee) {
 				t.Fatalf("ApplyLayer(%d) = %v, want an *EntryError", last, err)

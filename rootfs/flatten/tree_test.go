@@ -14,22 +14,24 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // pathLayer is the fixture of the path tests.
-func pathLayer() fstest.Layer {
-	l := fstest.Layer{
-		fstest.Dir("etc/"), fstest.Dir("etc/ssl/"), fstest.Dir("etc/ssl/certs/"),
-		fstest.File("etc/ssl/certs/ca.crt", "CA"),
-		fstest.Symlink("etc/ssl/cert.pem", "certs/ca.crt"),
-		fstest.Symlink("abs", "/etc/ssl/certs/ca.crt"),
-		fstest.Symlink("up", "../../../../etc"),
-		fstest.Symlink("loop1", "loop2"), fstest.Symlink("loop2", "loop1"),
-		fstest.Symlink("dangling", "nowhere/x"),
-		fstest.Symlink("dir", "etc/ssl"),
-		fstest.File("file", "f"),
-		fstest.Symlink("chain1", "chain2"), fstest.Symlink("chain2", "abs"),
-		fstest.Link("hard", "file"),
+func pathLayer() imagetest.Layer {
+	l := imagetest.Layer{
+		imagetest.Dir("etc/"), imagetest.Dir("etc/ssl/"), imagetest.Dir("etc/ssl/certs/"),
+		imagetest.File("etc/ssl/certs/ca.crt", "CA"),
+		imagetest.Symlink("etc/ssl/cert.pem", "certs/ca.crt"),
+		imagetest.Symlink("abs", "/etc/ssl/certs/ca.crt"),
+		imagetest.Symlink("up", "../../../../etc"),
+		imagetest.Symlink("loop1", "loop2"), imagetest.Symlink("loop2", "loop1"),
+		imagetest.Symlink("dangling", "nowhere/x"),
+		imagetest.Symlink("dir", "etc/ssl"),
+		imagetest.File("file", "f"),
+		imagetest.Symlink("chain1", "chain2"), imagetest.Symlink("chain2", "abs"),
+		imagetest.Link("hard", "file"),
 	}
 	// hop0 -> hop1 -> ... -> hop40 -> file: 41 symlinks from hop0, 40 from hop1.
 	for i := range 41 {
@@ -37,7 +39,7 @@ func pathLayer() fstest.Layer {
 		if i == 40 {
 			target = "file"
 		}
-		l = append(l, fstest.Symlink(fmt.Sprintf("hop%d", i), target))
+		l = append(l, imagetest.Symlink(fmt.Sprintf("hop%d", i), target))
 	}
 	return l
 }
@@ -45,8 +47,8 @@ func pathLayer() fstest.Layer {
 func newPathTree(t *testing.T) (*flatten.Tree, *fstest.MemStore) {
 	t.Helper()
 	store := fstest.NewMemStore()
-	tree := flatten.New(store, flatten.Options{RootTime: fstest.T1})
-	flattenLayers(t, tree, []fstest.Layer{pathLayer()}, fstest.Uncompressed)
+	tree := flatten.New(store, flatten.Options{RootTime: imagetest.T1})
+	flattenLayers(t, tree, []imagetest.Layer{pathLayer()}, images.Uncompressed)
 	return tree, store
 }
 
@@ -134,7 +136,7 @@ func TestLookup(t *testing.T) {
 
 func TestWriteFile(t *testing.T) {
 	ctx := context.Background()
-	attr := flatten.FileAttr{Mode: 0o4750, UID: 3, GID: 4, Mtime: fstest.T2,
+	attr := flatten.FileAttr{Mode: 0o4750, UID: 3, GID: 4, Mtime: imagetest.T2,
 		Xattrs: []ext4.Xattr{{Name: "user.a", Value: []byte("b")}}}
 	write := func(tree *flatten.Tree, p, content string) error {
 		return tree.WriteFile(ctx, p, strings.NewReader(content), int64(len(content)), attr)
@@ -145,10 +147,10 @@ func TestWriteFile(t *testing.T) {
 		if err := write(tree, "new/deep/file", "x"); err != nil {
 			t.Fatal(err)
 		}
-		want := fstest.Expect(
-			fstest.WDir("new", 0o755).At(fstest.T2),
-			fstest.WDir("new/deep", 0o755).At(fstest.T2),
-			fstest.WFile("new/deep/file", 0o4750, "x").Owner(3, 4).WithXattr("user.a", "b").At(fstest.T2),
+		want := imagetest.Expect(
+			imagetest.WDir("new", 0o755).At(imagetest.T2),
+			imagetest.WDir("new/deep", 0o755).At(imagetest.T2),
+			imagetest.WFile("new/deep/file", 0o4750, "x").Owner(3, 4).WithXattr("user.a", "b").At(imagetest.T2),
 		)
 		got := snapshot(t, tree, store)
 		for p := range got {
@@ -156,7 +158,7 @@ func TestWriteFile(t *testing.T) {
 				delete(got, p)
 			}
 		}
-		for _, d := range fstest.Check(want, got) {
+		for _, d := range imagetest.Check(want, got) {
 			t.Error(d)
 		}
 		checkStore(t, tree, store)
@@ -236,7 +238,7 @@ func TestWriteFile(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("WriteFile(%q) = %v, want %v", tc.path, err, tc.want)
 			}
-			for _, d := range fstest.Diff(before, snapshot(t, tree, store), fstest.DiffOptions{}) {
+			for _, d := range imagetest.Diff(before, snapshot(t, tree, store), imagetest.DiffOptions{}) {
 				t.Errorf("failed WriteFile changed the tree: %s", d)
 			}
 		})
@@ -270,14 +272,14 @@ func TestReadFile(t *testing.T) {
 
 // TestStats checks the counts against what the corpus expectations list.
 func TestStats(t *testing.T) {
-	for _, img := range fstest.Corpus() {
+	for _, img := range imagetest.Corpus() {
 		if img.Large {
 			continue
 		}
 		t.Run(img.Name, func(t *testing.T) {
 			store := fstest.NewMemStore()
 			tree := flatten.New(store, flatten.Options{})
-			flattenLayers(t, tree, img.Layers, fstest.Uncompressed)
+			flattenLayers(t, tree, img.Layers, images.Uncompressed)
 			var want flatten.Stats
 			want.Dirs = 1 // the root
 			groups := make(map[string]bool)

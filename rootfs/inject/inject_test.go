@@ -24,6 +24,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inject"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 )
 
 var bakeTime = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -65,10 +66,10 @@ func newCA(t testing.TB) *inject.CA {
 }
 
 // newTree flattens layers into an in-memory tree.
-func newTree(t testing.TB, layers ...fstest.Layer) (*flatten.Tree, *fstest.MemStore) {
+func newTree(t testing.TB, layers ...imagetest.Layer) (*flatten.Tree, *fstest.MemStore) {
 	t.Helper()
 	store := fstest.NewMemStore()
-	tree := flatten.New(store, flatten.Options{RootTime: fstest.T1})
+	tree := flatten.New(store, flatten.Options{RootTime: imagetest.T1})
 	for i, l := range layers {
 		raw, err := l.Tar()
 		if err != nil {
@@ -81,7 +82,7 @@ func newTree(t testing.TB, layers ...fstest.Layer) (*flatten.Tree, *fstest.MemSt
 	return tree, store
 }
 
-func snap(t testing.TB, tree *flatten.Tree, store *fstest.MemStore) fstest.Snapshot {
+func snap(t testing.TB, tree *flatten.Tree, store *fstest.MemStore) imagetest.Snapshot {
 	t.Helper()
 	s, err := fstest.SnapshotTree(tree.Root(), store.OpenData)
 	if err != nil {
@@ -91,9 +92,9 @@ func snap(t testing.TB, tree *flatten.Tree, store *fstest.MemStore) fstest.Snaps
 }
 
 // changes lists the paths whose state differs between two snapshots.
-func changes(before, after fstest.Snapshot) map[string]bool {
+func changes(before, after imagetest.Snapshot) map[string]bool {
 	m := make(map[string]bool)
-	for _, d := range fstest.Diff(before, after, fstest.DiffOptions{}) {
+	for _, d := range imagetest.Diff(before, after, imagetest.DiffOptions{}) {
 		p := d[:strings.Index(d, ": ")]
 		m[strings.Trim(p, `"`)] = true
 	}
@@ -130,37 +131,37 @@ func checkLive(t testing.TB, tree *flatten.Tree, store *fstest.MemStore) {
 func TestEnvd(t *testing.T) {
 	ctx := context.Background()
 	payload := []byte("\x7fELF envd binary")
-	wantEnvd := fstest.WFile(inject.EnvdPath, 0o755, string(payload)).At(bakeTime)
+	wantEnvd := imagetest.WFile(inject.EnvdPath, 0o755, string(payload)).At(bakeTime)
 
 	t.Run("ScratchImage", func(t *testing.T) {
 		tree, store := newTree(t)
 		if err := inject.Envd(ctx, tree, payload, bakeTime); err != nil {
 			t.Fatal(err)
 		}
-		want := fstest.Expect(
-			fstest.WDir("usr", 0o755).At(bakeTime),
-			fstest.WDir("usr/local", 0o755).At(bakeTime),
-			fstest.WDir("usr/local/bin", 0o755).At(bakeTime),
+		want := imagetest.Expect(
+			imagetest.WDir("usr", 0o755).At(bakeTime),
+			imagetest.WDir("usr/local", 0o755).At(bakeTime),
+			imagetest.WDir("usr/local/bin", 0o755).At(bakeTime),
 			wantEnvd,
 		)
-		for _, d := range fstest.Check(want, snap(t, tree, store)) {
+		for _, d := range imagetest.Check(want, snap(t, tree, store)) {
 			t.Error(d)
 		}
 		checkLive(t, tree, store)
 	})
 
 	t.Run("ReplacesFile", func(t *testing.T) {
-		tree, store := newTree(t, fstest.Layer{
-			fstest.Dir("usr/"), fstest.Dir("usr/local/").Perm(0o700), fstest.Dir("usr/local/bin/").Perm(0o750).Owner(5, 5),
-			fstest.File("usr/local/bin/envd", "old envd").Perm(0o600).Owner(1000, 1000),
-			fstest.File("usr/local/bin/other", "other"),
+		tree, store := newTree(t, imagetest.Layer{
+			imagetest.Dir("usr/"), imagetest.Dir("usr/local/").Perm(0o700), imagetest.Dir("usr/local/bin/").Perm(0o750).Owner(5, 5),
+			imagetest.File("usr/local/bin/envd", "old envd").Perm(0o600).Owner(1000, 1000),
+			imagetest.File("usr/local/bin/other", "other"),
 		})
 		before := snap(t, tree, store)
 		if err := inject.Envd(ctx, tree, payload, bakeTime); err != nil {
 			t.Fatal(err)
 		}
 		after := snap(t, tree, store)
-		for _, d := range fstest.Check(fstest.Expect(wantEnvd), fstest.Snapshot{inject.EnvdPath: after[inject.EnvdPath]}) {
+		for _, d := range imagetest.Check(imagetest.Expect(wantEnvd), imagetest.Snapshot{inject.EnvdPath: after[inject.EnvdPath]}) {
 			t.Error(d)
 		}
 		if c := changes(before, after); len(c) != 1 || !c[inject.EnvdPath] {
@@ -173,24 +174,24 @@ func TestEnvd(t *testing.T) {
 	})
 
 	t.Run("ReplacesSymlink", func(t *testing.T) {
-		tree, store := newTree(t, fstest.Layer{
-			fstest.File("bin/busybox", "busybox"),
-			fstest.Symlink("usr/local/bin/envd", "/bin/busybox"),
+		tree, store := newTree(t, imagetest.Layer{
+			imagetest.File("bin/busybox", "busybox"),
+			imagetest.Symlink("usr/local/bin/envd", "/bin/busybox"),
 		})
 		if err := inject.Envd(ctx, tree, payload, bakeTime); err != nil {
 			t.Fatal(err)
 		}
 		s := snap(t, tree, store)
-		for _, d := range fstest.Check(fstest.Expect(wantEnvd, fstest.WFile("bin/busybox", 0o644, "busybox")),
-			fstest.Snapshot{inject.EnvdPath: s[inject.EnvdPath], "bin/busybox": s["bin/busybox"]}) {
+		for _, d := range imagetest.Check(imagetest.Expect(wantEnvd, imagetest.WFile("bin/busybox", 0o644, "busybox")),
+			imagetest.Snapshot{inject.EnvdPath: s[inject.EnvdPath], "bin/busybox": s["bin/busybox"]}) {
 			t.Error(d)
 		}
 	})
 
 	t.Run("SymlinkedParent", func(t *testing.T) {
-		tree, store := newTree(t, fstest.Layer{
-			fstest.Dir("opt/"), fstest.Dir("opt/local/"),
-			fstest.Dir("usr/"), fstest.Symlink("usr/local", "/opt/local"),
+		tree, store := newTree(t, imagetest.Layer{
+			imagetest.Dir("opt/"), imagetest.Dir("opt/local/"),
+			imagetest.Dir("usr/"), imagetest.Symlink("usr/local", "/opt/local"),
 		})
 		if err := inject.Envd(ctx, tree, payload, bakeTime); err != nil {
 			t.Fatal(err)
@@ -202,7 +203,7 @@ func TestEnvd(t *testing.T) {
 	})
 
 	t.Run("Errors", func(t *testing.T) {
-		tree, _ := newTree(t, fstest.Layer{fstest.Dir("usr/local/bin/envd/")})
+		tree, _ := newTree(t, imagetest.Layer{imagetest.Dir("usr/local/bin/envd/")})
 		if err := inject.Envd(ctx, tree, payload, bakeTime); !errors.Is(err, flatten.ErrIsDir) {
 			t.Errorf("Envd over a directory = %v, want ErrIsDir", err)
 		}
@@ -298,8 +299,8 @@ func TestBakeCA(t *testing.T) {
 
 	t.Run("AppendsToExistingBundle", func(t *testing.T) {
 		old := strings.TrimSuffix(other, "\n") // no final newline: one must be added
-		tree, store := newTree(t, fstest.Layer{
-			fstest.File("etc/ssl/certs/ca-certificates.crt", old).Perm(0o444).Owner(0, 7),
+		tree, store := newTree(t, imagetest.Layer{
+			imagetest.File("etc/ssl/certs/ca-certificates.crt", old).Perm(0o444).Owner(0, 7),
 		})
 		before := snap(t, tree, store)
 		res := bake(t, tree)
@@ -321,10 +322,10 @@ func TestBakeCA(t *testing.T) {
 	})
 
 	t.Run("AnchorsOnlyWhereDirsExist", func(t *testing.T) {
-		tree, store := newTree(t, fstest.Layer{
-			fstest.Dir("usr/local/share/ca-certificates/").Perm(0o755),
-			fstest.Dir("etc/pki/ca-trust/source/anchors/"),
-			fstest.File("etc/ca-certificates/trust-source", "a file, not a directory"),
+		tree, store := newTree(t, imagetest.Layer{
+			imagetest.Dir("usr/local/share/ca-certificates/").Perm(0o755),
+			imagetest.Dir("etc/pki/ca-trust/source/anchors/"),
+			imagetest.File("etc/ca-certificates/trust-source", "a file, not a directory"),
 		})
 		before := snap(t, tree, store)
 		res := bake(t, tree)
@@ -334,11 +335,11 @@ func TestBakeCA(t *testing.T) {
 		a1 := "usr/local/share/ca-certificates/" + inject.AnchorName
 		a2 := "etc/pki/ca-trust/source/anchors/" + inject.AnchorName
 		after := snap(t, tree, store)
-		want := fstest.Expect(
-			fstest.WFile(a1, 0o644, string(ca.PEM)).At(bakeTime),
-			fstest.WFile(a2, 0o644, string(ca.PEM)).At(bakeTime),
+		want := imagetest.Expect(
+			imagetest.WFile(a1, 0o644, string(ca.PEM)).At(bakeTime),
+			imagetest.WFile(a2, 0o644, string(ca.PEM)).At(bakeTime),
 		)
-		for _, d := range fstest.Check(want, fstest.Snapshot{a1: after[a1], a2: after[a2]}) {
+		for _, d := range imagetest.Check(want, imagetest.Snapshot{a1: after[a1], a2: after[a2]}) {
 			t.Error(d)
 		}
 		if c := changes(before, after); len(c) != 2 {
@@ -347,25 +348,25 @@ func TestBakeCA(t *testing.T) {
 	})
 
 	t.Run("SeedsScratchImage", func(t *testing.T) {
-		tree, store := newTree(t, fstest.Layer{fstest.File("app", "static binary")})
+		tree, store := newTree(t, imagetest.Layer{imagetest.File("app", "static binary")})
 		res := bake(t, tree)
 		if !res.Baked || !res.Seeded || res.TargetsWritten != 1 {
 			t.Errorf("BakeCA = %+v, want baked and seeded", res)
 		}
-		want := fstest.Expect(
-			fstest.WFile("app", 0o644, "static binary"),
-			fstest.WDir("etc", 0o755).At(bakeTime),
-			fstest.WDir("etc/ssl", 0o755).At(bakeTime),
-			fstest.WDir("etc/ssl/certs", 0o755).At(bakeTime),
-			fstest.WFile(inject.SeedBundle, 0o644, string(ca.PEM)).At(bakeTime),
+		want := imagetest.Expect(
+			imagetest.WFile("app", 0o644, "static binary"),
+			imagetest.WDir("etc", 0o755).At(bakeTime),
+			imagetest.WDir("etc/ssl", 0o755).At(bakeTime),
+			imagetest.WDir("etc/ssl/certs", 0o755).At(bakeTime),
+			imagetest.WFile(inject.SeedBundle, 0o644, string(ca.PEM)).At(bakeTime),
 		)
-		for _, d := range fstest.Check(want, snap(t, tree, store)) {
+		for _, d := range imagetest.Check(want, snap(t, tree, store)) {
 			t.Error(d)
 		}
 	})
 
 	t.Run("SeedSkippedBelowDanglingSymlink", func(t *testing.T) {
-		tree, _ := newTree(t, fstest.Layer{fstest.Symlink("etc", "/nonexistent")})
+		tree, _ := newTree(t, imagetest.Layer{imagetest.Symlink("etc", "/nonexistent")})
 		res := bake(t, tree)
 		if res.Baked || res.Seeded || res.TargetsWritten != 0 || len(res.Skipped) != 1 {
 			t.Errorf("BakeCA = %+v, want not baked and one skip reason", res)
@@ -373,9 +374,9 @@ func TestBakeCA(t *testing.T) {
 	})
 
 	t.Run("Idempotent", func(t *testing.T) {
-		tree, store := newTree(t, fstest.Layer{
-			fstest.File("etc/ssl/certs/ca-certificates.crt", other),
-			fstest.Dir("usr/local/share/ca-certificates/"),
+		tree, store := newTree(t, imagetest.Layer{
+			imagetest.File("etc/ssl/certs/ca-certificates.crt", other),
+			imagetest.Dir("usr/local/share/ca-certificates/"),
 		})
 		first := bake(t, tree)
 		if !first.Baked || first.TargetsWritten != 2 {
@@ -394,8 +395,8 @@ func TestBakeCA(t *testing.T) {
 	t.Run("AlreadyPresentInImage", func(t *testing.T) {
 		// The image's bundle holds the CA already, in another text form.
 		crlf := strings.ReplaceAll(string(ca.PEM), "\n", "\r\n")
-		tree, store := newTree(t, fstest.Layer{
-			fstest.File("etc/ssl/certs/ca-certificates.crt", other+"# cube\r\n"+crlf),
+		tree, store := newTree(t, imagetest.Layer{
+			imagetest.File("etc/ssl/certs/ca-certificates.crt", other+"# cube\r\n"+crlf),
 		})
 		before := snap(t, tree, store)
 		res := bake(t, tree)
@@ -411,10 +412,10 @@ func TestBakeCA(t *testing.T) {
 		// The RHEL layout: ca-bundle.crt is an absolute symlink to the
 		// extracted bundle, so the CA must land there once.
 		const real = "etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"
-		tree, store := newTree(t, fstest.Layer{
-			fstest.File(real, other),
-			fstest.Symlink("etc/pki/tls/certs/ca-bundle.crt", "/"+real),
-			fstest.Symlink("etc/ssl/certs/ca-certificates.crt", "../../../../../../../nowhere.pem"),
+		tree, store := newTree(t, imagetest.Layer{
+			imagetest.File(real, other),
+			imagetest.Symlink("etc/pki/tls/certs/ca-bundle.crt", "/"+real),
+			imagetest.Symlink("etc/ssl/certs/ca-certificates.crt", "../../../../../../../nowhere.pem"),
 		})
 		res := bake(t, tree)
 		if !res.Baked || res.TargetsWritten != 1 || res.Seeded || len(res.Skipped) != 1 ||
@@ -435,9 +436,9 @@ func TestBakeCA(t *testing.T) {
 	})
 
 	t.Run("BundleIsDirectory", func(t *testing.T) {
-		tree, _ := newTree(t, fstest.Layer{
-			fstest.Dir("etc/pki/tls/certs/ca-bundle.crt/"),
-			fstest.File("etc/ssl/certs/ca-certificates.crt", other),
+		tree, _ := newTree(t, imagetest.Layer{
+			imagetest.Dir("etc/pki/tls/certs/ca-bundle.crt/"),
+			imagetest.File("etc/ssl/certs/ca-certificates.crt", other),
 		})
 		res := bake(t, tree)
 		if !res.Baked || res.TargetsWritten != 1 || len(res.Skipped) != 1 {
@@ -460,11 +461,11 @@ func TestInjectExt4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree := flatten.New(w, flatten.Options{RootTime: fstest.T1})
-	layer := fstest.Layer{
-		fstest.File("etc/ssl/certs/ca-certificates.crt", "# empty bundle\n"),
-		fstest.File("usr/local/bin/envd", "old"),
-		fstest.Dir("usr/local/share/ca-certificates/"),
+	tree := flatten.New(w, flatten.Options{RootTime: imagetest.T1})
+	layer := imagetest.Layer{
+		imagetest.File("etc/ssl/certs/ca-certificates.crt", "# empty bundle\n"),
+		imagetest.File("usr/local/bin/envd", "old"),
+		imagetest.Dir("usr/local/share/ca-certificates/"),
 	}
 	raw, err := layer.Tar()
 	if err != nil {
@@ -486,19 +487,19 @@ func TestInjectExt4(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fstest.Fsck(t, path)
-	mnt := fstest.Mount(t, path)
-	got, err := fstest.SnapshotDir(mnt)
+	imagetest.Fsck(t, path)
+	mnt := imagetest.Mount(t, path)
+	got, err := imagetest.SnapshotDir(mnt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fstest.Expect(
-		fstest.WFile("etc/ssl/certs/ca-certificates.crt", 0o644, "# empty bundle\n"+string(ca.PEM)).At(bakeTime),
-		fstest.WFile("usr/local/bin/envd", 0o755, "new envd").At(bakeTime),
-		fstest.WFile("usr/local/share/ca-certificates/"+inject.AnchorName, 0o644, string(ca.PEM)).At(bakeTime),
+	want := imagetest.Expect(
+		imagetest.WFile("etc/ssl/certs/ca-certificates.crt", 0o644, "# empty bundle\n"+string(ca.PEM)).At(bakeTime),
+		imagetest.WFile("usr/local/bin/envd", 0o755, "new envd").At(bakeTime),
+		imagetest.WFile("usr/local/share/ca-certificates/"+inject.AnchorName, 0o644, string(ca.PEM)).At(bakeTime),
 	)
 	for p := range want {
-		if d := fstest.Check(fstest.Snapshot{p: want[p]}, fstest.Snapshot{p: got[p]}); len(d) > 0 {
+		if d := imagetest.Check(imagetest.Snapshot{p: want[p]}, imagetest.Snapshot{p: got[p]}); len(d) > 0 {
 			t.Error(d)
 		}
 	}

@@ -5,31 +5,32 @@ import (
 	"io"
 	"testing"
 
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 func TestDecompress(t *testing.T) {
-	raw, err := fstest.Layer{fstest.Blob("f", 3<<20, 42), fstest.File("g", "g")}.Tar()
+	raw, err := imagetest.Layer{imagetest.Blob("f", 3<<20, 42), imagetest.File("g", "g")}.Tar()
 	if err != nil {
 		t.Fatal(err)
 	}
-	gz, err := fstest.Compress(fstest.Gzip, raw)
+	gz, err := images.Gzip.Encode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	half := len(raw) / 2
-	gz1, _ := fstest.Compress(fstest.Gzip, raw[:half])
-	gz2, _ := fstest.Compress(fstest.Gzip, raw[half:])
+	gz1, _ := images.Gzip.Encode(raw[:half])
+	gz2, _ := images.Gzip.Encode(raw[half:])
 	tests := []struct {
 		name string
-		enc  fstest.Compression
+		enc  images.Compression
 		blob []byte
 		want []byte
 	}{
-		{"Gzip", fstest.Gzip, nil, raw},
-		{"Zstd", fstest.Zstd, nil, raw},
-		{"Uncompressed", fstest.Uncompressed, nil, raw},
+		{"Gzip", images.Gzip, nil, raw},
+		{"Zstd", images.Zstd, nil, raw},
+		{"Uncompressed", images.Uncompressed, nil, raw},
 		{"GzipMultiMember", "", append(append([]byte{}, gz1...), gz2...), raw},
 		{"Empty", "", []byte{}, []byte{}},
 		{"OneByte", "", []byte{0x1f}, []byte{0x1f}},
@@ -39,7 +40,7 @@ func TestDecompress(t *testing.T) {
 			blob := tc.blob
 			if tc.enc != "" {
 				var err error
-				if blob, err = fstest.Compress(tc.enc, raw); err != nil {
+				if blob, err = tc.enc.Encode(raw); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -60,7 +61,7 @@ func TestDecompress(t *testing.T) {
 		})
 	}
 
-	zs, err := fstest.Compress(fstest.Zstd, raw)
+	zs, err := images.Zstd.Encode(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,12 +7,12 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 func TestReadAhead(t *testing.T) {
-	data, err := io.ReadAll(fstest.Blob("x", 10<<20+12345, 3).Content())
+	data, err := io.ReadAll(imagetest.Blob("x", 10<<20+12345, 3).Content())
 	if err != nil {
 		t.Fatal(err)
 	}

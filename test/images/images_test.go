@@ -23,24 +23,40 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-func tarOf(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, n := range []string{"a", "b", "c"} {
-		body, ok := files[n]
-		if !ok {
-			continue
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}); err != nil {
+// TestEncode checks that every encoding but Uncompressed changes the
+// stream, and that an unknown one is refused.
+func TestEncode(t *testing.T) {
+	raw := TarOf(t, map[string]string{"a": strings.Repeat("compressible text ", 6000)})
+	for _, c := range []Compression{Uncompressed, Gzip, Zstd} {
+		blob, err := c.Encode(raw)
+		if err != nil {
 			t.Fatal(err)
 		}
-		io.WriteString(tw, body)
+		if (c == Uncompressed) != bytes.Equal(blob, raw) {
+			t.Errorf("Encode(%s) returned the input unchanged: %v", c, bytes.Equal(blob, raw))
+		}
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
+	if _, err := Compression("lz4").Encode(raw); err == nil {
+		t.Error("Encode accepted an unknown encoding")
 	}
-	return b.Bytes()
+}
+
+// TestTarOf reads TarOf's stream back: regular files in name order.
+func TestTarOf(t *testing.T) {
+	tr := tar.NewReader(bytes.NewReader(TarOf(t, map[string]string{"b": "bee", "a": "ay"})))
+	for _, want := range []struct{ name, body string }{{"a", "ay"}, {"b", "bee"}} {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("Next: %v, want %s", err, want.name)
+		}
+		body, _ := io.ReadAll(tr)
+		if h.Name != want.name || h.Typeflag != tar.TypeReg || h.Mode != 0o644 || string(body) != want.body {
+			t.Errorf("entry %+v with %q, want regular file %s 0644 with %q", h, body, want.name, want.body)
+		}
+	}
+	if _, err := tr.Next(); !errors.Is(err, io.EOF) {
+		t.Errorf("Next after the last entry = %v, want EOF", err)
+	}
 }
 
 // TestNewImage checks media types, digests and diff ids of each encoding
@@ -49,9 +65,9 @@ func TestNewImage(t *testing.T) {
 	cfg := Config{Config: v1.Config{Cmd: []string{"x"}}, Created: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
 		Platform: v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}
 	img := New(t, cfg,
-		Layer{Tar: tarOf(t, map[string]string{"a": "gzip"})},
-		Layer{Tar: tarOf(t, map[string]string{"b": "zstd"}), Compression: Zstd},
-		Layer{Tar: tarOf(t, map[string]string{"c": "none"}), Compression: Uncompressed},
+		Layer{Tar: TarOf(t, map[string]string{"a": "gzip"})},
+		Layer{Tar: TarOf(t, map[string]string{"b": "zstd"}), Compression: Zstd},
+		Layer{Tar: TarOf(t, map[string]string{"c": "none"}), Compression: Uncompressed},
 	)
 	checkLayers(t, img)
 	m, err := img.Manifest()
@@ -75,9 +91,9 @@ func TestNewImage(t *testing.T) {
 		t.Errorf("config = %+v", cf)
 	}
 	again := New(t, cfg,
-		Layer{Tar: tarOf(t, map[string]string{"a": "gzip"})},
-		Layer{Tar: tarOf(t, map[string]string{"b": "zstd"}), Compression: Zstd},
-		Layer{Tar: tarOf(t, map[string]string{"c": "none"}), Compression: Uncompressed},
+		Layer{Tar: TarOf(t, map[string]string{"a": "gzip"})},
+		Layer{Tar: TarOf(t, map[string]string{"b": "zstd"}), Compression: Zstd},
+		Layer{Tar: TarOf(t, map[string]string{"c": "none"}), Compression: Uncompressed},
 	)
 	d1, _ := img.Digest()
 	d2, _ := again.Digest()
@@ -95,7 +111,7 @@ func TestNewImage(t *testing.T) {
 	if got := reg.BlobGETs(m.Layers[1].Digest); got != 2 {
 		t.Errorf("BlobGETs(layer 1) = %d after reading it compressed and uncompressed, want 2", got)
 	}
-	if !bytes.Equal(LayerBlob(t, img, m.Layers[2].Digest), tarOf(t, map[string]string{"c": "none"})) {
+	if !bytes.Equal(LayerBlob(t, img, m.Layers[2].Digest), TarOf(t, map[string]string{"c": "none"})) {
 		t.Error("the uncompressed layer's blob is not its tar stream")
 	}
 
@@ -162,7 +178,7 @@ func mustRef(t *testing.T, s string) name.Reference {
 
 func TestBasicAuth(t *testing.T) {
 	reg := StartRegistry(t, BasicAuth("u", "p4ss"))
-	img := New(t, Config{}, Layer{Tar: tarOf(t, map[string]string{"a": "x"})})
+	img := New(t, Config{}, Layer{Tar: TarOf(t, map[string]string{"a": "x"})})
 	ref := reg.Push(t, "x/y:1", img, remote.WithAuth(&authn.Basic{Username: "u", Password: "p4ss"}))
 	if _, err := remote.Image(mustRef(t, ref)); err == nil {
 		t.Error("anonymous pull succeeded")

@@ -1,5 +1,7 @@
-// Package fstest holds test helpers shared by the rootfs packages: a
-// builder of tar layers, a corpus of test images (and hostile layers),
-// in-memory data stores, snapshots of a directory or an in-memory inode tree
-// with a readable diff, and a reference flattening done by umoci.
+// Package fstest holds the ext4-specific test helpers of the rootfs
+// packages: in-memory data stores for flatten.Tree (MemStore, DiscardStore)
+// and snapshots of an in-memory ext4.Node tree (SnapshotTree). The helpers
+// that know nothing of ext4 — tar layers, the corpus, mounts, snapshots of a
+// directory and diffs, umoci's reference — are in imagetest, which
+// rootfs/ext4's own tests can import.
 package fstest

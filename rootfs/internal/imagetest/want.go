@@ -1,4 +1,4 @@
-package fstest
+package imagetest
 
 import (
 	"crypto/sha256"
@@ -25,12 +25,27 @@ func Expect(items ...PathInfo) Snapshot {
 // Check compares got with an expectation built by Expect: every path must
 // match, mtimes only where the expectation sets one, and the root only if
 // the expectation lists it.
-func Check(want, got Snapshot) []string {
+func Check(want, got Snapshot) []string { return Diff(want, got, CheckOptions(want)) }
+
+// CheckOptions are Check's options for want, to adjust (SkipLostFound).
+func CheckOptions(want Snapshot) DiffOptions {
 	_, root := want["."]
-	return Diff(want, got, DiffOptions{
+	return DiffOptions{
 		Exclude:     func(p string) bool { return p == "." && !root },
 		IgnoreMtime: func(p string) bool { return want[p].Mtime.IsZero() },
-	})
+	}
+}
+
+// LostFound is the directory an ext4 image has at its root that no layer
+// declares and umoci does not make.
+const LostFound = "lost+found"
+
+// SkipLostFound returns o also excluding LostFound: for comparing a mounted
+// ext4 image with an expectation or a reference.
+func (o DiffOptions) SkipLostFound() DiffOptions {
+	exclude := o.Exclude
+	o.Exclude = func(p string) bool { return p == LostFound || (exclude != nil && exclude(p)) }
+	return o
 }
 
 // WDir expects a root-owned directory.

@@ -1,4 +1,4 @@
-package fstest
+package imagetest
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // refTag is the tag of the image in layouts written by WriteLayout.
@@ -20,7 +22,7 @@ const refTag = "test"
 
 // WriteLayout writes layers as a single-image OCI layout in dir, tagged
 // "test", each layer encoded with c.
-func WriteLayout(dir string, layers []Layer, c Compression) error {
+func WriteLayout(dir string, layers []Layer, c images.Compression) error {
 	blobs := filepath.Join(dir, "blobs", "sha256")
 	if err := os.MkdirAll(blobs, 0o755); err != nil {
 		return fmt.Errorf("write layout: %w", err)
@@ -30,10 +32,10 @@ func WriteLayout(dir string, layers []Layer, c Compression) error {
 		h := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
 		return h, os.WriteFile(filepath.Join(blobs, h.Hex), b, 0o644)
 	}
-	mediaType := map[Compression]types.MediaType{
-		Uncompressed: types.OCIUncompressedLayer,
-		Gzip:         types.OCILayer,
-		Zstd:         types.OCILayerZStd,
+	mediaType := map[images.Compression]types.MediaType{
+		images.Uncompressed: types.OCIUncompressedLayer,
+		images.Gzip:         types.OCILayer,
+		images.Zstd:         types.OCILayerZStd,
 	}[c]
 	if mediaType == "" {
 		return fmt.Errorf("write layout: unknown compression %q", c)
@@ -47,7 +49,7 @@ func WriteLayout(dir string, layers []Layer, c Compression) error {
 		}
 		sum := sha256.Sum256(raw)
 		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])})
-		blob, err := Compress(c, raw)
+		blob, err := c.Encode(raw)
 		if err != nil {
 			return fmt.Errorf("write layout: layer %d: %w", i, err)
 		}
@@ -106,7 +108,7 @@ func UmociRootfs(t testing.TB, layers []Layer) string {
 	}
 	dir := t.TempDir()
 	layout := filepath.Join(dir, "layout")
-	if err := WriteLayout(layout, layers, Gzip); err != nil {
+	if err := WriteLayout(layout, layers, images.Gzip); err != nil {
 		t.Fatal(err)
 	}
 	bundle := filepath.Join(dir, "bundle")
@@ -118,4 +120,20 @@ func UmociRootfs(t testing.TB, layers []Layer) string {
 		t.Fatalf("umoci unpack: %v\n%s", err, out.String())
 	}
 	return filepath.Join(bundle, "rootfs")
+}
+
+// ReferenceOptions are how a flattening of img is compared with ref, its
+// unpack by UmociRootfs. They ignore directory mtimes only: those of
+// directories no layer declares (the root included), because umoci stamps
+// implied parents with the time of the unpack while the flattening uses a
+// fixed time; and those listed in UmociMtimeSkew, which umoci gets wrong.
+func (img Image) ReferenceOptions(ref Snapshot) DiffOptions {
+	declared := DeclaredDirs(img.Layers)
+	skew := make(map[string]bool)
+	for _, p := range img.UmociMtimeSkew {
+		skew[p] = true
+	}
+	return DiffOptions{
+		IgnoreMtime: func(p string) bool { return ref[p].Type == "dir" && (!declared[p] || skew[p]) },
+	}
 }

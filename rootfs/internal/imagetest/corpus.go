@@ -1,4 +1,4 @@
-package fstest
+package imagetest
 
 import (
 	"archive/tar"

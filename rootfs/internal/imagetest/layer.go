@@ -1,4 +1,4 @@
-package fstest
+package imagetest
 
 import (
 	"archive/tar"
@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // Epoch is the default modification time of built entries; its nanoseconds
@@ -539,16 +537,3 @@ func (h *rawHeader) checksum() {
 	s := strconv.FormatInt(sum, 8)
 	copy(h[148:156], strings.Repeat("0", 6-len(s))+s+"\x00 ")
 }
-
-// Compression is how a layer blob is encoded (shared with test/images).
-type Compression = images.Compression
-
-// Layer encodings.
-const (
-	Uncompressed = images.Uncompressed
-	Gzip         = images.Gzip
-	Zstd         = images.Zstd
-)
-
-// Compress encodes a tar stream.
-func Compress(c Compression, tarball []byte) ([]byte, error) { return c.Encode(tarball) }
