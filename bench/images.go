@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -16,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -203,67 +200,20 @@ func prepareImage(ctx context.Context, imgName, dir string, log io.Writer) (*ben
 	return img, nil
 }
 
-// treeEntry is one path of a tree being packed.
-type treeEntry struct {
-	rel, abs string
-	st       unix.Stat_t
-	layer    int
-	link     string // an earlier path of the same inode in the same layer
-}
-
-// treeLayers packs the tree at root into three gzip layers (treeLayerOf),
-// keeping types, modes, ownership, nanosecond mtimes, xattrs and device
-// numbers. Paths sharing an inode all go to the first one's layer, where
-// the later ones become hard links to it.
+// treeLayers packs the tree at root into images.TreeLayers gzip layers as
+// images.TreeImage does (images.Tree), written to files under out.
 func treeLayers(ctx context.Context, root, out string) ([]*layerFile, error) {
-	type inode struct{ dev, ino uint64 }
-	groupLayer := map[inode]int{}
-	first := map[inode]string{}
-	var entries []treeEntry
-	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		e := treeEntry{rel: filepath.ToSlash(rel), abs: p}
-		if err := unix.Lstat(p, &e.st); err != nil {
-			return fmt.Errorf("lstat %s: %w", p, err)
-		}
-		e.layer = images.TreeLayerOf(e.rel)
-		if e.st.Mode&unix.S_IFMT != unix.S_IFDIR && e.st.Nlink > 1 {
-			k := inode{e.st.Dev, e.st.Ino}
-			if l, ok := groupLayer[k]; ok {
-				e.layer, e.link = l, first[k]
-			} else {
-				groupLayer[k], first[k] = e.layer, e.rel
-			}
-		}
-		entries = append(entries, e)
-		return nil
-	})
+	tree, err := images.ScanTree(ctx, root)
 	if err != nil {
-		return nil, fmt.Errorf("walk %s: %w", root, err)
+		return nil, err
 	}
-	layers := make([]*layerFile, 3)
-	errs := make([]error, 3)
+	layers := make([]*layerFile, images.TreeLayers)
+	errs := make([]error, images.TreeLayers)
 	var wg sync.WaitGroup
 	for i := range layers {
 		wg.Go(func() {
 			layers[i], errs[i] = writeLayer(filepath.Join(out, fmt.Sprintf("layer%d.tar.gz", i)), func(tw *countingTar) error {
-				for _, e := range entries {
-					if e.layer == i {
-						if err := images.WriteTreeEntry(tw, e.rel, e.abs, &e.st, e.link); err != nil {
-							return err
-						}
-					}
-				}
-				return nil
+				return tree.WriteLayer(tw, i)
 			})
 		})
 	}

@@ -254,12 +254,10 @@ func TreeLayerOf(rel string) int {
 }
 
 // TreeImage packs the directory tree at dir into an image of three layers
-// (TreeLayerOf) encoded with c: every path with its type, mode (setuid,
+// (see Tree) encoded with c: every path with its type, mode (setuid,
 // setgid and sticky included), uid, gid, nanosecond mtime, xattrs, device
 // numbers, symlink target and content, the root directory as "./" in the
-// top layer. Paths sharing an inode all go to the layer of the first one
-// in walk order, where the later ones become hard links to it, so hard
-// links never cross layers. Sockets are refused (tar cannot hold them).
+// top layer. Sockets are refused (tar cannot hold them).
 func TreeImage(tb testing.TB, dir string, cfg Config, c Compression) v1.Image {
 	tb.Helper()
 	tars, err := treeTars(dir)
@@ -288,21 +286,42 @@ func TreeImage(tb testing.TB, dir string, cfg Config, c Compression) v1.Image {
 	return assemble(tb, cfg, layers)
 }
 
+// TreeLayers is the number of layers TreeImage and Tree split a tree into.
+const TreeLayers = 3
+
+// Tree is a directory tree as TreeImage packs it: every path with its
+// stat, assigned to one of TreeLayers layers (TreeLayerOf), the paths
+// sharing an inode all in the layer of the first one in walk order, where
+// the later ones become hard links to it, so hard links never cross
+// layers.
+type Tree struct {
+	entries []treeEntry
+}
+
 // treeEntry is one path of the tree being packed.
 type treeEntry struct {
 	rel   string
 	abs   string
 	st    unix.Stat_t
 	layer int
+	link  string // an earlier path of the same inode, in the same layer
 }
 
-// treeTars walks dir once and writes the three layer tar streams.
-func treeTars(dir string) ([][]byte, error) {
+// ScanTree walks dir once, without following symlinks, and plans its
+// layers.
+func ScanTree(ctx context.Context, dir string) (*Tree, error) {
 	type inode struct{ dev, ino uint64 }
-	groupLayer := make(map[inode]int)
-	var entries []treeEntry
+	type group struct {
+		layer int
+		first string
+	}
+	groups := make(map[inode]group)
+	t := &Tree{}
 	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(dir, p)
@@ -316,39 +335,47 @@ func treeTars(dir string) ([][]byte, error) {
 		e.layer = TreeLayerOf(e.rel)
 		if e.st.Mode&unix.S_IFMT != unix.S_IFDIR && e.st.Nlink > 1 {
 			k := inode{e.st.Dev, e.st.Ino}
-			if l, ok := groupLayer[k]; ok {
-				e.layer = l
+			if g, ok := groups[k]; ok {
+				e.layer, e.link = g.layer, g.first
 			} else {
-				groupLayer[k] = e.layer
+				groups[k] = group{e.layer, e.rel}
 			}
 		}
-		entries = append(entries, e)
+		t.entries = append(t.entries, e)
 		return nil
 	})
 	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", dir, err)
+	}
+	return t, nil
+}
+
+// WriteLayer packs the entries of one layer (0 to TreeLayers-1) into tw
+// with WriteTreeEntry, in walk order; it does not close tw.
+func (t *Tree) WriteLayer(tw TarWriter, layer int) error {
+	for _, e := range t.entries {
+		if e.layer != layer {
+			continue
+		}
+		if err := WriteTreeEntry(tw, e.rel, e.abs, &e.st, e.link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// treeTars walks dir once and writes the layer tar streams.
+func treeTars(dir string) ([][]byte, error) {
+	t, err := ScanTree(context.Background(), dir)
+	if err != nil {
 		return nil, err
 	}
-	out := make([][]byte, 3)
+	out := make([][]byte, TreeLayers)
 	for layer := range out {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
-		first := make(map[inode]string)
-		for _, e := range entries {
-			if e.layer != layer {
-				continue
-			}
-			link := ""
-			if e.st.Mode&unix.S_IFMT != unix.S_IFDIR && e.st.Nlink > 1 {
-				k := inode{e.st.Dev, e.st.Ino}
-				if f, ok := first[k]; ok {
-					link = f
-				} else {
-					first[k] = e.rel
-				}
-			}
-			if err := WriteTreeEntry(tw, e.rel, e.abs, &e.st, link); err != nil {
-				return nil, err
-			}
+		if err := t.WriteLayer(tw, layer); err != nil {
+			return nil, err
 		}
 		if err := tw.Close(); err != nil {
 			return nil, fmt.Errorf("close layer %d: %w", layer, err)
