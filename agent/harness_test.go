@@ -269,17 +269,13 @@ func (h *harness) notifications() []string {
 	return append([]string(nil), h.notes...)
 }
 
-// buildBody is a valid build request for job id and image ref.
+// buildBody is a valid build request for job id and image ref, with a
+// template field the agent does not know (it must keep it) and a download
+// base the reports give back as master_node_ip.
 func buildBody(id, ref string) map[string]any {
-	return map[string]any{
-		"job_id":            id,
-		"download_base_url": "10.0.0.1:8089",
-		"request": map[string]any{
-			"requestID": "req-" + id, "source_image_ref": ref, "writable_layer_size": "1Gi",
-			"instance_type": "cubebox", "network_type": "tap", "template_id": "tpl-" + id,
-			"unknown_future_field": map[string]any{"kept": true},
-		},
-	}
+	body := cubemaster.BuildRequest(id, ref, map[string]any{"unknown_future_field": map[string]any{"kept": true}})
+	body["download_base_url"] = "10.0.0.1:8089"
+	return body
 }
 
 // post sends a JSON (or raw []byte) body with the test token.

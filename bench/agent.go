@@ -145,12 +145,9 @@ type tcBuild struct {
 // build submits a build of ref with envd the way CubeMaster does and waits
 // for its terminal report.
 func (a *agentProc) build(ctx context.Context, master *cubemaster.Server, jobID, ref string, envd []byte) (*tcBuild, error) {
-	body, err := json.Marshal(map[string]any{
-		"job_id": jobID, "download_base_url": master.URL(),
-		"request": map[string]any{"requestID": jobID, "source_image_ref": ref, "writable_layer_size": "1Gi",
-			"instance_type": "cubebox", "network_type": "tap", "template_id": "tpl-bench"},
-		"envd_data": envd,
-	})
+	msg := cubemaster.BuildRequest(jobID, ref, map[string]any{"requestID": jobID, "template_id": "tpl-bench"})
+	msg["download_base_url"], msg["envd_data"] = master.URL(), envd
+	body, err := json.Marshal(msg)
 	if err != nil {
 		return nil, fmt.Errorf("encode build request: %w", err)
 	}

@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 )
 
@@ -55,14 +53,7 @@ func TestCLIVersionAndUsage(t *testing.T) {
 func TestJobsCommand(t *testing.T) {
 	t.Parallel()
 	cm := startCubeMaster(t, testToken)
-	var refuse atomic.Bool
-	refuse.Store(true)
-	cm.Respond(func(string, map[string]any) int {
-		if refuse.Load() {
-			return http.StatusServiceUnavailable
-		}
-		return 0
-	})
+	cm.Hold()
 	h := newHarness(t, cm.URL(), testToken)
 	p := h.startAgent("agent")
 	const id = "inspect-1"
@@ -128,7 +119,7 @@ func TestJobsCommand(t *testing.T) {
 
 	// The inspection disturbed nothing: the agent still delivers the
 	// report once CubeMaster takes it.
-	refuse.Store(false)
+	cm.Release()
 	waitTerminal(t, cm, id)
 	waitOutboxEmpty(t, h.baseURL())
 	p.stop(t)

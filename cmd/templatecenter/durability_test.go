@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,14 +19,7 @@ func TestAcceptedJobSurvivesKill(t *testing.T) {
 	// Refuse every report while the first agent lives, so nothing can have
 	// been delivered (and be re-delivered) across the kill: the one
 	// accepted terminal report must come from the restarted agent.
-	var refuse atomic.Bool
-	refuse.Store(true)
-	cm.Respond(func(string, map[string]any) int {
-		if refuse.Load() {
-			return http.StatusServiceUnavailable
-		}
-		return 0
-	})
+	cm.Hold()
 	h := newHarness(t, cm.URL(), testToken)
 	first := h.startAgent("agent (killed)")
 	jobs := []string{"kill9-1", "kill9-2", "kill9-3"}
@@ -41,7 +33,7 @@ func TestAcceptedJobSurvivesKill(t *testing.T) {
 			t.Fatalf("after kill -9, jobs show %s found job %q", id, got.JobID)
 		}
 	}
-	refuse.Store(false)
+	cm.Release()
 	second := h.startAgent("agent (restarted)")
 	for _, id := range jobs {
 		waitTerminal(t, cm, id)

@@ -381,24 +381,16 @@ func startCubeMaster(t testing.TB, token string) *cubemaster.Server {
 	return cm
 }
 
-// buildBody is a valid build request for jobID of image; the egress CA is
-// not asked for, so no CA file is needed.
+// buildBody is a valid build request for jobID of image, with the
+// registry credentials of the black-box registry; the egress CA is not
+// asked for, so no CA file is needed.
 func buildBody(t testing.TB, jobID, image string) []byte {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{
-		"job_id": jobID,
-		"request": map[string]any{
-			"requestID":           "req-" + jobID,
-			"template_id":         "tpl-" + jobID,
-			"source_image_ref":    image,
-			"registry_username":   "blackbox",
-			"registry_password":   registrySecret,
-			"writable_layer_size": "1Gi",
-			"instance_type":       "cubebox",
-			"with_cube_ca":        false,
-		},
-		"download_base_url": "127.0.0.1:8089",
-	})
+	body, err := json.Marshal(cubemaster.BuildRequest(jobID, image, map[string]any{
+		"registry_username": "blackbox",
+		"registry_password": registrySecret,
+		"with_cube_ca":      false,
+	}))
 	if err != nil {
 		t.Fatalf("encode build request: %v", err)
 	}

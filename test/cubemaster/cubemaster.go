@@ -1,8 +1,9 @@
 // Package cubemaster is a stand-in for CubeMaster's side of the contract:
 // it receives status callbacks on /internal/template/jobs/{job_id}/status,
 // applies CubeMaster's token rule and terminal-state guard, records every
-// report in order, and can be told to fail or vanish. Tests, the demo and
-// the benchmarks drive the agent against it.
+// report in order, and can be told to fail or vanish. It also writes the
+// build requests CubeMaster sends (BuildRequest). Tests, the demo and the
+// benchmarks drive the agent against it.
 package cubemaster
 
 import (
@@ -89,6 +90,16 @@ func (s *Server) Respond(f func(jobID string, body map[string]any) int) {
 	s.respond = f
 	s.mu.Unlock()
 }
+
+// Hold makes the stand-in answer every report 503, as an overloaded
+// CubeMaster would, so reports stay in the agent's outbox; Release restores
+// normal answers. Both replace what Respond installed.
+func (s *Server) Hold() {
+	s.Respond(func(string, map[string]any) int { return http.StatusServiceUnavailable })
+}
+
+// Release undoes Hold: reports get CubeMaster's normal answers again.
+func (s *Server) Release() { s.Respond(nil) }
 
 // Stop makes the stand-in vanish: connections are refused.
 func (s *Server) Stop() {
