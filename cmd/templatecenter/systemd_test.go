@@ -59,9 +59,9 @@ func listenNotify(t testing.TB) *notifySocket {
 	return n
 }
 
-// waitFrom waits for the first datagram at index from or later that
-// satisfies match, and returns its index and text.
-func (n *notifySocket) waitFrom(t testing.TB, from int, what string, match func(string) bool) (int, string) {
+// wait calls done with the datagrams so far each time one arrives, until
+// it returns true; failed describes them when waitLimit passes first.
+func (n *notifySocket) wait(t testing.TB, done func(msgs []string) bool, failed func(msgs []string) string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -69,43 +69,52 @@ func (n *notifySocket) waitFrom(t testing.TB, from int, what string, match func(
 		n.mu.Lock()
 		msgs, ch := n.msgs, n.changed
 		n.mu.Unlock()
-		for i := from; i < len(msgs); i++ {
-			if match(msgs[i]) {
-				return i, msgs[i]
-			}
+		if done(msgs) {
+			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("no %s notification within %s; got %q", what, waitLimit, msgs)
+			t.Fatal(failed(msgs))
 		case <-ch:
 		}
 	}
 }
 
+// waitFrom waits for the first datagram at index from or later that
+// satisfies match, and returns its index and text.
+func (n *notifySocket) waitFrom(t testing.TB, from int, what string, match func(string) bool) (int, string) {
+	t.Helper()
+	found := -1
+	var msg string
+	n.wait(t, func(msgs []string) bool {
+		for i := from; i < len(msgs); i++ {
+			if match(msgs[i]) {
+				found, msg = i, msgs[i]
+				return true
+			}
+		}
+		return false
+	}, func(msgs []string) string {
+		return fmt.Sprintf("no %s notification within %s; got %q", what, waitLimit, msgs)
+	})
+	return found, msg
+}
+
 // count waits until at least k datagrams satisfy match.
 func (n *notifySocket) count(t testing.TB, k int, what string, match func(string) bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	for {
-		n.mu.Lock()
-		msgs, ch := n.msgs, n.changed
-		n.mu.Unlock()
+	matching := func(msgs []string) int {
 		got := 0
 		for _, m := range msgs {
 			if match(m) {
 				got++
 			}
 		}
-		if got >= k {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d %s notifications within %s, want %d; got %q", got, what, waitLimit, k, msgs)
-		case <-ch:
-		}
+		return got
 	}
+	n.wait(t, func(msgs []string) bool { return matching(msgs) >= k }, func(msgs []string) string {
+		return fmt.Sprintf("%d %s notifications within %s, want %d; got %q", matching(msgs), what, waitLimit, k, msgs)
+	})
 }
 
 // hasLine matches a datagram holding the line want.
