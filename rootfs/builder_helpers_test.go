@@ -17,7 +17,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math/big"
 	"os"
@@ -229,7 +228,7 @@ func checkArtifact(t testing.TB, store rootfs.Store, art *rootfs.Artifact) {
 	if !fi.ModTime().Equal(art.ModTime) {
 		t.Errorf("artifact mtime = %v, Artifact.ModTime = %v", fi.ModTime(), art.ModTime)
 	}
-	if got := fileSHA256(t, want); got != art.SHA256 {
+	if got := imagetest.FileSHA256(t, want); got != art.SHA256 {
 		t.Errorf("sha256 of the artifact = %s, Artifact.SHA256 = %s", got, art.SHA256)
 	}
 	if got := storeFiles(t, store); !slices.Equal(got, []string{art.ID, art.ID + "/" + art.ID + ".ext4"}) {
@@ -289,7 +288,7 @@ func checkCacheClean(t testing.TB, cacheDir string, bad ...v1.Hash) {
 					t.Errorf("cache holds the bad blob %s", h)
 				}
 			}
-			if got := fileSHA256(t, p); got != d.Name() {
+			if got := imagetest.FileSHA256(t, p); got != d.Name() {
 				t.Errorf("cache blob %s hashes to %s", d.Name(), got)
 			}
 		}
@@ -298,20 +297,6 @@ func checkCacheClean(t testing.TB, cacheDir string, bad ...v1.Hash) {
 	if err != nil {
 		t.Fatalf("walk cache: %v", err)
 	}
-}
-
-func fileSHA256(t testing.TB, p string) string {
-	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatalf("hash %s: %v", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // maxReadBack bounds the files read back whole through go-diskfs.

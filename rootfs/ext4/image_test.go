@@ -142,7 +142,7 @@ func TestDeterministic(t *testing.T) {
 	buildDeterministic(t, a)
 	buildDeterministic(t, b)
 	imagetest.Fsck(t, a)
-	if sa, sb := fileSHA(t, a), fileSHA(t, b); sa != sb {
+	if sa, sb := imagetest.FileSHA256(t, a), imagetest.FileSHA256(t, b); sa != sb {
 		out, _ := exec.Command("cmp", a, b).CombinedOutput()
 		t.Errorf("two builds differ: %s vs %s (%s)", sa, sb, out)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -134,6 +135,17 @@ func hashFile(p string) (string, error) {
 		return "", fmt.Errorf("hash %s: %w", p, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// FileSHA256 returns the hex SHA-256 of the regular file at p (an image,
+// an artifact, a cached blob), failing the test when it cannot be read.
+func FileSHA256(t testing.TB, p string) string {
+	t.Helper()
+	sum, err := hashFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
 }
 
 // listXattrs reads p's extended attributes, leaving out security.selinux
