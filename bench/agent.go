@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
@@ -120,13 +119,7 @@ func (a *agentProc) Pid() int { return a.cmd.Process.Pid }
 
 // Stop ends the agent gracefully (SIGTERM), killing it after 30 s.
 func (a *agentProc) Stop() {
-	a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.exited:
-	case <-time.After(30 * time.Second):
-		a.cmd.Process.Kill()
-		<-a.exited
-	}
+	childproc.Terminate(a.cmd.Process, a.exited, 30*time.Second)
 	a.log.Close()
 }
 

@@ -1,6 +1,6 @@
 // Package childproc holds what tests and benchmarks need to run a server as
 // a child process: a free loopback address to give it, a buffer for its
-// output, and a wait until it answers HTTP.
+// output, a wait until it answers HTTP, and a graceful stop.
 package childproc
 
 import (
@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -72,4 +74,16 @@ func (o *Output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.b.String()
+}
+
+// Terminate asks p to stop with SIGTERM and waits until exited closes (the
+// caller's cmd.Wait returned), killing p once grace has passed.
+func Terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) {
+	p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		p.Kill()
+		<-exited
+	}
 }

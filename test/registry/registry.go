@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -151,13 +150,7 @@ func (r *Registry) Stop() {
 	if r.cmd == nil {
 		return
 	}
-	r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(5 * time.Second):
-		r.cmd.Process.Kill()
-		<-r.exited
-	}
+	childproc.Terminate(r.cmd.Process, r.exited, 5*time.Second)
 }
 
 func config(host, storage, htpasswdFile string) string {
