@@ -7,18 +7,12 @@ package rootfs_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
 	"os"
 	"path"
 	"path/filepath"
@@ -476,24 +470,7 @@ func compareEntry(t testing.TB, im *inspect.Image, p string, e inspect.Entry, ho
 // newCA makes a self-signed CA certificate and writes its PEM to a file.
 func newCA(t testing.TB, cn string) (pemBytes []byte, file string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
-		NotAfter:              time.Date(2044, 1, 1, 0, 0, 0, 0, time.UTC),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemBytes = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	pemBytes = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: imagetest.NewCACert(t, cn)})
 	file = filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(file, pemBytes, 0o644); err != nil {
 		t.Fatal(err)

@@ -8,12 +8,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"io/fs"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,36 +27,13 @@ import (
 
 var bakeTime = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// newCert returns a fresh self-signed CA certificate as DER.
-func newCert(t testing.TB, cn string) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
-}
-
 func pemOf(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 func newCA(t testing.TB) *inject.CA {
 	t.Helper()
-	ca, err := inject.ParseCA(pemOf(newCert(t, "cube egress root")))
+	ca, err := inject.ParseCA(pemOf(imagetest.NewCACert(t, "cube egress root")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +189,7 @@ func TestEnvd(t *testing.T) {
 }
 
 func TestParseCA(t *testing.T) {
-	der := newCert(t, "a")
+	der := imagetest.NewCACert(t, "a")
 	p := pemOf(der)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	keyDER, _ := x509.MarshalECPrivateKey(key)
@@ -233,7 +208,7 @@ func TestParseCA(t *testing.T) {
 	})
 
 	bad := map[string][]byte{
-		"TwoCerts":    append(append([]byte{}, p...), pemOf(newCert(t, "b"))...),
+		"TwoCerts":    append(append([]byte{}, p...), pemOf(imagetest.NewCACert(t, "b"))...),
 		"Garbage":     []byte("not a certificate at all"),
 		"Empty":       nil,
 		"PrivateKey":  keyPEM,
@@ -253,7 +228,7 @@ func TestParseCA(t *testing.T) {
 
 func TestLoadCA(t *testing.T) {
 	dir := t.TempDir()
-	p := pemOf(newCert(t, "a"))
+	p := pemOf(imagetest.NewCACert(t, "a"))
 	path := filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(path, p, 0o644); err != nil {
 		t.Fatal(err)
@@ -276,7 +251,7 @@ func TestLoadCA(t *testing.T) {
 func TestBakeCA(t *testing.T) {
 	ctx := context.Background()
 	ca := newCA(t)
-	other := string(pemOf(newCert(t, "some public root")))
+	other := string(pemOf(imagetest.NewCACert(t, "some public root")))
 	bake := func(t *testing.T, tree *flatten.Tree) inject.CAResult {
 		t.Helper()
 		res, err := inject.BakeCA(ctx, tree, ca, bakeTime)

@@ -3,7 +3,8 @@
 // too: a builder of tar layers (Layer, File, Dir...), a corpus of test
 // images with the state their flattening must give (Corpus) and hostile
 // layer stacks (Hostile), the e2fsprogs and mount(8) steps on an image file
-// (Fsck, Mount, MountRW, Umount, Tmpfs), snapshots of a directory with a
-// readable diff (SnapshotDir, Diff, Check), and the reference flattening
-// done by umoci (UmociRootfs, Image.ReferenceOptions).
+// (Fsck, Mount, MountRW, Umount, Tmpfs, Tool), snapshots of a directory
+// with a readable diff (SnapshotDir, Diff, Check) and file hashes
+// (FileSHA256), the reference flattening done by umoci (UmociRootfs,
+// Image.ReferenceOptions), and a self-signed egress CA (NewCACert).
 package imagetest
