@@ -1,7 +1,6 @@
 package blobcache
 
 import (
-	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // zstdFiles lists the committed zstd forms and the temp files in a cache dir.
@@ -236,7 +235,7 @@ func TestTranscodeWhilePinnedKeepsServedFormUntilUnpinned(t *testing.T) {
 }
 
 func TestTranscodeLeavesOtherBlobsAlone(t *testing.T) {
-	plainTar := tarOf(t, map[string]string{"etc/plain": "uncompressed layer"})
+	plainTar := images.TarOf(t, map[string]string{"etc/plain": "uncompressed layer"})
 	notReallyGzip := append([]byte{0x1f, 0x8b}, bytes.Repeat([]byte("not deflate "), 100)...)
 	img := staticImage(plainTar, notReallyGzip)
 	reg := newOrigin(img)
@@ -374,30 +373,6 @@ func TestZstdNameCarriesItsDigest(t *testing.T) {
 	if want := img.digests()[0] + "-" + hex.EncodeToString(sum[:]); forms[0] != want {
 		t.Errorf("zstd form named %s, want %s", forms[0], want)
 	}
-}
-
-// tarOf makes an uncompressed tar of regular files.
-func tarOf(t testing.TB, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(files[n])); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // TestTranscodeCorruptionFoundWhilePinned: a blob found changed by the
