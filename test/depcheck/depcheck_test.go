@@ -43,6 +43,8 @@ var rules = []rule{
 	{"rootfs/inspect", nil},
 	// Test fixtures of rootfs may use the project's test images.
 	{"rootfs/internal/...", []string{"rootfs/...", "test/..."}},
+	// imagetest knows no ext4, so that rootfs/ext4's own tests can use it.
+	{"rootfs/internal/imagetest", []string{"test/..."}},
 	{"bench/...", []string{"bench", "test/...", "rootfs/..."}},
 	{"test/...", []string{"test/..."}},
 }
