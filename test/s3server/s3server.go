@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -188,13 +187,7 @@ func (s *Server) stopLocked() {
 	if s.cmd == nil {
 		return
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
+	childproc.Terminate(s.cmd.Process, s.exited, 5*time.Second)
 	s.cmd = nil
 }
 
