@@ -229,7 +229,7 @@ func (s *Spool) Finish(ctx context.Context, id string, state State, phase, errMs
 		return fmt.Errorf("finish job %s: state %q is not terminal", id, state)
 	}
 	report.Terminal = true
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
 		now := s.nowMS()
 		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, phase = ?, progress = 100, error = ?, result = ?,
 			request = NULL, finished_at = ?, updated_at = ? WHERE job_id = ?`,
@@ -242,6 +242,27 @@ func (s *Spool) Finish(ctx context.Context, id string, state State, phase, errMs
 		}
 		return s.addReport(ctx, tx, id, report)
 	})
+	if err != nil {
+		return err
+	}
+	// The scrubbed request still sits in earlier WAL frames; move them into
+	// the database (where secure_delete zeroed it) and empty the WAL. A
+	// reader holding an old snapshot can keep the WAL from being emptied;
+	// the next Finish tries again. The job is finished either way.
+	_, _ = s.ScrubWAL(ctx)
+	return nil
+}
+
+// ScrubWAL checkpoints the write-ahead log into the database and truncates
+// it, so content deleted from the database (a finished job's request) no
+// longer survives in old WAL frames. It reports whether the WAL was
+// emptied: false while a reader still holds a snapshot that needs it.
+func (s *Spool) ScrubWAL(ctx context.Context) (bool, error) {
+	var busy, logFrames, checkpointed int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &checkpointed); err != nil {
+		return false, fmt.Errorf("checkpoint spool WAL: %w", err)
+	}
+	return busy == 0, nil
 }
 
 // Resend queues the stored terminal report of a finished job again, for a

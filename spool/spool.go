@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -42,6 +43,12 @@ func Open(ctx context.Context, path string) (*Spool, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create spool directory: %w", err)
 	}
+	// SQLite creates the -wal and -shm files with the mode of the database
+	// file, so the database must be private before SQLite first opens it:
+	// the spool holds registry credentials until a job ends.
+	if err := restrict(path); err != nil {
+		return nil, err
+	}
 	s, err := open(ctx, path, false)
 	if err != nil {
 		return nil, err
@@ -50,11 +57,27 @@ func Open(ctx context.Context, path string) (*Spool, error) {
 		s.db.Close()
 		return nil, fmt.Errorf("migrate spool %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		s.db.Close()
-		return nil, fmt.Errorf("restrict spool permissions: %w", err)
+	for _, f := range []string{path + "-wal", path + "-shm"} {
+		if err := os.Chmod(f, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.db.Close()
+			return nil, fmt.Errorf("restrict spool permissions: %w", err)
+		}
 	}
 	return s, nil
+}
+
+// restrict creates the database file mode 0600 if it is missing, and sets
+// 0600 on one left by an older release.
+func restrict(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("create spool %s: %w", path, err)
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return fmt.Errorf("restrict spool permissions: %w", err)
+	}
+	return f.Close()
 }
 
 // OpenReadOnly opens an existing spool for reading only, for inspection
@@ -91,6 +114,10 @@ func open(ctx context.Context, path string, readOnly bool) (*Spool, error) {
 		// a 200 to CubeMaster promises the job is on disk.
 		q.Set("_synchronous", "FULL")
 		q.Set("_txlock", "immediate")
+		// Deleted and overwritten content (a finished job's request, with
+		// its registry password) is zeroed in the file, not left in free
+		// pages.
+		q.Set("_secure_delete", "on")
 	}
 	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 	db, err := sql.Open("sqlite3", dsn)

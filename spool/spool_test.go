@@ -4,17 +4,25 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 func openTest(t testing.TB) *Spool {
 	t.Helper()
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "state", "spool.db"))
+	return openAt(t, filepath.Join(t.TempDir(), "state", "spool.db"))
+}
+
+func openAt(t testing.TB, path string) *Spool {
+	t.Helper()
+	s, err := Open(context.Background(), path)
 	if err != nil {
-		t.Fatalf("Open: %v", err)
+		t.Fatalf("Open(%s): %v", path, err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -370,5 +378,85 @@ func TestReadOnlyOpenSeesWritersCommits(t *testing.T) {
 	}
 	if _, err := OpenReadOnly(ctx, filepath.Join(t.TempDir(), "missing.db")); err == nil {
 		t.Error("OpenReadOnly of a missing file succeeded")
+	}
+}
+
+func TestWALAndSHMArePrivateFromTheFirstOpen(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	s := openTest(t)
+	mustEnqueue(t, s, "j") // a write makes sure the WAL exists
+	for _, f := range []string{s.Path(), s.Path() + "-wal", s.Path() + "-shm"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatalf("stat %s: %v", f, err)
+		}
+		if perm := fi.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s mode = %o, want 600", filepath.Base(f), perm)
+		}
+	}
+}
+
+func TestOpenRestrictsAnOlderWorldReadableSpool(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spool.db")
+	s := openAt(t, path)
+	mustEnqueue(t, s, "j")
+	s.Close()
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(f, 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	openAt(t, path)
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			continue // a clean close may remove the WAL
+		}
+		if perm := fi.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s mode after reopen = %o, want 600", filepath.Base(f), perm)
+		}
+	}
+}
+
+// TestFinishedJobLeavesNoSecretOnDisk writes a request carrying a registry
+// password, finishes the job, and looks for the password in every file of
+// the spool, WAL and shared memory included.
+func TestFinishedJobLeavesNoSecretOnDisk(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	const secret = "hunter2-registry-password-5f2c"
+	for i := range 20 { // enough rows to span pages, like a busy spool
+		id := fmt.Sprintf("j%d", i)
+		req := fmt.Sprintf(`{"job_id":%q,"registry_password":%q,"pad":%q}`, id, secret, strings.Repeat("x", 500))
+		if _, err := s.Enqueue(ctx, id, []byte(req), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found := func() []string {
+		var in []string
+		for _, f := range []string{s.Path(), s.Path() + "-wal", s.Path() + "-shm"} {
+			b, err := os.ReadFile(f)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			if bytes.Contains(b, []byte(secret)) {
+				in = append(in, filepath.Base(f))
+			}
+		}
+		return in
+	}
+	if len(found()) == 0 {
+		t.Fatal("the password is nowhere in the spool before the jobs finish: the check cannot see it")
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("j%d", i)
+		s.ClaimNext(ctx)
+		if err := s.Finish(ctx, id, StateBuilt, "READY", "", Report{Kind: KindTerminal, Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in := found(); len(in) > 0 {
+		t.Errorf("the registry password is still in %v after every job finished", in)
 	}
 }
