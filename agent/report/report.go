@@ -74,12 +74,17 @@ func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe O
 	return &Reporter{
 		outbox:   outbox,
 		settings: settings,
-		client:   &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
-		logger:   logger,
-		observe:  observe,
-		wake:     make(chan struct{}, 1),
-		workers:  4,
-		now:      time.Now,
+		client: &http.Client{
+			Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			// A redirect would carry the shared token and the report to
+			// whatever host the answer names: never follow one.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		logger:  logger,
+		observe: observe,
+		wake:    make(chan struct{}, 1),
+		workers: 4,
+		now:     time.Now,
 	}
 }
 
@@ -227,6 +232,9 @@ func (r *Reporter) post(ctx context.Context, s Settings, rep spool.Report) (int,
 		return 0, nil, fmt.Errorf("post to %s: %w", s.BaseURL, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 3 {
+		return 0, nil, fmt.Errorf("post to %s: HTTP %d redirects to %q; callbacks never follow redirects", s.BaseURL, resp.StatusCode, resp.Header.Get("Location"))
+	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, body, nil
 }

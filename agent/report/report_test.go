@@ -5,11 +5,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 )
@@ -132,5 +135,54 @@ func TestProgressReportsGiveUpTerminalNever(t *testing.T) {
 	}
 	if reps[0].LastError == "" {
 		t.Error("last error not recorded")
+	}
+}
+
+// TestRedirectIsNeverFollowed has CubeMaster answer 307 to another host:
+// that host must see nothing (no token, no body), and the report stays in
+// the outbox as a failed attempt naming the Location.
+func TestRedirectIsNeverFollowed(t *testing.T) {
+	ctx := context.Background()
+	sp, err := spool.Open(ctx, filepath.Join(t.TempDir(), "spool.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	var elsewhere sync.Mutex
+	var reached []string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Lock()
+		reached = append(reached, r.Header.Get(api.TokenHeader))
+		elsewhere.Unlock()
+	}))
+	defer other.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+	sp.Enqueue(ctx, "j", []byte("{}"), 10)
+	sp.Finish(ctx, "j", spool.StateBuilt, "READY", "", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"BUILT"}`)})
+	var retries int
+	r := New(sp, func() Settings {
+		return Settings{BaseURL: redirector.URL, Token: "secret-token", Timeout: time.Second, RetryInitial: time.Hour, RetryMax: time.Hour, ProgressAttempts: 3}
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), func(outcome string, terminal bool) {
+		if outcome == OutcomeRetry {
+			retries++
+		}
+	})
+	if err := r.DeliverDue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere.Lock()
+	defer elsewhere.Unlock()
+	if len(reached) != 0 {
+		t.Errorf("the redirect target received %d requests (tokens %q)", len(reached), reached)
+	}
+	reps, _ := sp.Reports(ctx, "j")
+	if len(reps) != 1 || reps[0].Attempts != 1 || retries != 1 {
+		t.Fatalf("outbox = %+v, retries = %d; want the terminal report kept after one failed attempt", reps, retries)
+	}
+	if !strings.Contains(reps[0].LastError, "307") || !strings.Contains(reps[0].LastError, other.URL+"/steal") {
+		t.Errorf("last error = %q, want the status and the Location", reps[0].LastError)
 	}
 }
