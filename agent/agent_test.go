@@ -627,13 +627,27 @@ func TestArtifactDelete(t *testing.T) {
 	if _, err := os.Stat(outside); err != nil {
 		t.Fatal("a refused delete removed a file outside the store")
 	}
-	// A symlink in the store is removed, never followed.
+	// What is not an artifact directory is refused and left in place: a
+	// symlink (never followed), or a directory of the shared store holding
+	// anything but the artifact's image.
 	os.Symlink(h.dir, filepath.Join(h.cfg.Store.Dir, "rfs-link"))
-	if code, _ := h.post("/tc/api/v1/artifact/delete", map[string]any{"artifact_id": "rfs-link"}); code != 200 {
-		t.Errorf("delete symlink = %d", code)
+	foreign := filepath.Join(h.cfg.Store.Dir, "cubemaster-templates", "index.json")
+	os.MkdirAll(filepath.Dir(foreign), 0o755)
+	os.WriteFile(foreign, []byte("{}"), 0o644)
+	for _, notArtifact := range []string{"rfs-link", "cubemaster-templates"} {
+		code, body := h.post("/tc/api/v1/artifact/delete", map[string]any{"artifact_id": notArtifact})
+		if msg, _ := body["error"].(string); code != http.StatusConflict || !strings.Contains(msg, "left in place") {
+			t.Errorf("delete %s = %d %v, want 409 saying it was left in place", notArtifact, code, body)
+		}
 	}
 	if _, err := os.Stat(outside); err != nil {
 		t.Fatal("deleting a symlinked artifact followed the link")
+	}
+	if _, err := os.Lstat(filepath.Join(h.cfg.Store.Dir, "rfs-link")); err != nil {
+		t.Errorf("refused delete removed the symlink: %v", err)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Errorf("refused delete removed a foreign directory's file: %v", err)
 	}
 	for i := 0; i < 2; i++ { // idempotent
 		code, body := h.post("/tc/api/v1/artifact/delete", map[string]any{"artifact_id": id})

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"strconv"
@@ -125,7 +124,8 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handleArtifactDelete removes <store>/<artifact_id>/, idempotently.
+// handleArtifactDelete removes <store>/<artifact_id>/, idempotently, and
+// only when it holds nothing but the artifact's image.
 func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.readBody(w, r)
 	if !ok {
@@ -149,7 +149,7 @@ func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	var delErr error
 	ran := a.exec.withArtifactIdle(id, func() {
-		delErr = removeArtifactDir(a.store.ArtifactDir(id))
+		delErr = a.store.RemoveArtifact(id)
 		if delErr == nil {
 			delErr = a.spool.DeleteArtifact(r.Context(), id)
 		}
@@ -157,6 +157,9 @@ func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !ran:
 		writeError(w, http.StatusConflict, "artifact is being built")
+	case errors.Is(delErr, rootfs.ErrNotArtifact):
+		a.logger.Warn("artifact delete refused", "artifact_id", id, "err", delErr)
+		writeError(w, http.StatusConflict, delErr.Error()+"; left in place")
 	case delErr != nil:
 		a.logger.Error("delete artifact", "artifact_id", id, "err", delErr)
 		writeError(w, http.StatusInternalServerError, delErr.Error())
@@ -164,27 +167,6 @@ func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 		a.logger.Info("artifact deleted", "artifact_id", id)
 		writeJSON(w, http.StatusOK, map[string]string{"status": "deleted", "artifact_id": id})
 	}
-}
-
-// removeArtifactDir deletes an artifact directory; a symlink in its place is
-// removed itself, never followed.
-func removeArtifactDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("inspect %s: %w", dir, err)
-	case fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir():
-		if err := os.Remove(dir); err != nil {
-			return fmt.Errorf("remove %s: %w", dir, err)
-		}
-		return nil
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	return nil
 }
 
 // jobView is a job as the API shows it: never the request, which holds

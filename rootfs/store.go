@@ -76,7 +76,12 @@ func (s Store) Publish(f *os.File, id string) (err error) {
 	if err := os.Rename(tmp, s.ArtifactPath(id)); err != nil {
 		return fmt.Errorf("publish image: %w", err)
 	}
-	return fsutil.SyncDir(s.ArtifactDir(id))
+	if err := fsutil.SyncDir(s.ArtifactDir(id)); err != nil {
+		return err
+	}
+	// The artifact directory may be new: make its entry in the store
+	// durable too.
+	return fsutil.SyncDir(string(s))
 }
 
 // Discard removes a temporary image after a failed build, and the artifact
@@ -129,6 +134,73 @@ func (s Store) CleanLeftovers() ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// ErrNotArtifact reports that what stands at an artifact's place in the
+// store is not only that artifact (a file, a link, or a directory holding
+// other entries), so it is left alone.
+var ErrNotArtifact = errors.New("not an artifact directory")
+
+// RemoveArtifact deletes an artifact's directory: its image and temporary
+// images, then the directory itself. It refuses, with ErrNotArtifact and
+// touching nothing, when the place holds anything else: a non-directory, a
+// symlink, or an entry that is not the image or one of its temporary files.
+// A missing directory is success.
+func (s Store) RemoveArtifact(id string) error {
+	dir := s.ArtifactDir(id)
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("inspect %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("remove %s: %w: it is a %s", dir, ErrNotArtifact, kindOf(fi.Mode()))
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", dir, err)
+	}
+	var foreign []string
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !isArtifactFile(id, e.Name()) {
+			foreign = append(foreign, e.Name())
+		}
+	}
+	if len(foreign) > 0 {
+		if len(foreign) > 5 {
+			foreign = append(foreign[:5], fmt.Sprintf("and %d more", len(foreign)-5))
+		}
+		return fmt.Errorf("remove %s: %w: it holds %s", dir, ErrNotArtifact, strings.Join(foreign, ", "))
+	}
+	// Entry by entry, never RemoveAll: whatever appears meanwhile makes
+	// the final rmdir fail instead of being deleted unseen.
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", filepath.Join(dir, e.Name()), err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return fsutil.SyncDir(string(s))
+}
+
+// isArtifactFile reports whether name is the artifact's image or a
+// temporary image of it (written by any host).
+func isArtifactFile(id, name string) bool {
+	return name == id+".ext4" || strings.HasPrefix(name, id+".ext4.tmp-")
+}
+
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m.IsRegular():
+		return "regular file"
+	default:
+		return "special file"
+	}
 }
 
 // CopyHashed copies src to dst while hashing it, stopping when ctx ends. It
