@@ -149,6 +149,11 @@ func TestUnitsContract(t *testing.T) {
 		{svc, "WantedBy", "multi-user.target cube-sandbox-control.target"},
 		{svc, "CapabilityBoundingSet", ""},
 		{svc, "SystemCallFilter", "@system-service"},
+		{svc, "MemoryHigh", "1536M"},
+		{svc, "MemoryMax", "2G"},
+		{svc, "OOMPolicy", "kill"},
+		{svc, "TasksMax", "1024"},
+		{svc, "IPAddressDeny", "169.254.0.0/16 fe80::/10 fd00:ec2::254/128 100.100.100.200/32"},
 	}
 	for _, w := range want {
 		if got := w.keys[w.key]; len(got) == 0 || got[0] != w.val {
