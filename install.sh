@@ -40,8 +40,11 @@ Options:
   --binary PATH         install this templatecenter binary (default: build
                         one from this checkout with go, else use bin/templatecenter)
   --master-addr URL     CubeMaster's base URL (CUBE_MASTER_ADDR)
-  --token TOKEN         the secret shared with CubeMaster
-                        (CUBE_TEMPLATE_CALLBACK_TOKEN)
+  --token-file PATH     read the secret shared with CubeMaster
+                        (CUBE_TEMPLATE_CALLBACK_TOKEN) from the first line
+                        of PATH, or from standard input with "-"; never
+                        from the command line, where ps and shell history
+                        would show it
   --one-click-env PATH  one-click environment file to take the address and
                         token from when not given (default: $ONE_CLICK_ENV)
   --no-start            install and enable, but start nothing
@@ -87,6 +90,7 @@ act() {
 binary=""
 master_addr=""
 token=""
+token_file=""
 one_click_env=$ONE_CLICK_ENV
 mode=install
 purge=false
@@ -100,8 +104,9 @@ while [ $# -gt 0 ]; do
 	--binary=*) binary=${1#*=}; shift ;;
 	--master-addr) [ $# -ge 2 ] || die "--master-addr needs a URL"; master_addr=$2; shift 2 ;;
 	--master-addr=*) master_addr=${1#*=}; shift ;;
-	--token) [ $# -ge 2 ] || die "--token needs a value"; token=$2; shift 2 ;;
-	--token=*) token=${1#*=}; shift ;;
+	--token | --token=*) die "--token is not accepted: a token on the command line shows in ps and shell history; use --token-file FILE, or --token-file - to read it from standard input" ;;
+	--token-file) [ $# -ge 2 ] || die "--token-file needs a path (or - for standard input)"; token_file=$2; shift 2 ;;
+	--token-file=*) token_file=${1#*=}; shift ;;
 	--one-click-env) [ $# -ge 2 ] || die "--one-click-env needs a path"; one_click_env=$2; shift 2 ;;
 	--one-click-env=*) one_click_env=${1#*=}; shift ;;
 	--no-start) start=false; shift ;;
@@ -112,6 +117,24 @@ while [ $# -gt 0 ]; do
 	*) usage >&2; die "unknown option: $1" ;;
 	esac
 done
+
+# read_token prints the first line of a token file ("-": standard input)
+# without its line ending.
+read_token() {
+	local line=""
+	if [ "$1" = - ]; then
+		IFS= read -r line || [ -n "$line" ] || die "no token on standard input"
+	else
+		[ -r "$1" ] || die "--token-file: cannot read $1"
+		IFS= read -r line <"$1" || [ -n "$line" ] || die "--token-file: $1 is empty"
+	fi
+	line=${line%$'\r'}
+	[ -n "$line" ] || die "--token-file: the token is empty"
+	printf '%s' "$line"
+}
+if [ -n "$token_file" ]; then
+	token=$(read_token "$token_file") || exit 1
+fi
 
 if $purge && [ "$mode" != uninstall ]; then
 	die "--purge only goes with --uninstall"

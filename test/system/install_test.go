@@ -1,6 +1,7 @@
 package system
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,9 +13,16 @@ import (
 // its combined output and exit code.
 func installSh(t *testing.T, prefix []string, env []string, args ...string) (string, int) {
 	t.Helper()
+	return installShInput(t, "", prefix, env, args...)
+}
+
+// installShInput is installSh with stdin as the script's standard input.
+func installShInput(t *testing.T, stdin string, prefix []string, env []string, args ...string) (string, int) {
+	t.Helper()
 	argv := append(append(prefix, "bash", filepath.Join(repoRoot, "install.sh")), args...)
 	cmd := exec.CommandContext(t.Context(), argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if err != nil {
@@ -89,13 +97,26 @@ func TestInstallScriptStaging(t *testing.T) {
 		t.Errorf("output:\n%s", out)
 	}
 
-	// Rerun: the edited configuration stays; --token replaces only the
-	// token; the one-click file is not read again.
+	// A token on the command line is refused before anything changes.
+	before, _ := os.ReadFile(envPath)
+	if out, code := installSh(t, nil, []string{"DESTDIR=" + dest}, "--binary", bin, "--token", "on-argv"); code == 0 || !strings.Contains(out, "--token-file") {
+		t.Errorf("--token exited %d, want a refusal naming --token-file:\n%s", code, out)
+	}
+	if after, _ := os.ReadFile(envPath); !bytes.Equal(before, after) {
+		t.Errorf("a refused --token changed the environment file:\n%s", after)
+	}
+
+	// Rerun: the edited configuration stays; --token-file replaces only
+	// the token; the one-click file is not read again.
 	conf := filepath.Join(dest, "etc/cube-templatecenter/conf.yaml")
 	if err := os.WriteFile(conf, []byte("log:\n  level: debug\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := installSh(t, nil, []string{"DESTDIR=" + dest}, "--binary", bin, "--token", "rotated"); code != 0 {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("rotated\r\nsecond line ignored\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := installSh(t, nil, []string{"DESTDIR=" + dest}, "--binary", bin, "--token-file", tokenFile); code != 0 {
 		t.Fatalf("rerun exited %d:\n%s", code, out)
 	}
 	if data, _ := os.ReadFile(conf); string(data) != "log:\n  level: debug\n" {
@@ -105,6 +126,18 @@ func TestInstallScriptStaging(t *testing.T) {
 	if strings.Count(string(env), "CUBE_TEMPLATE_CALLBACK_TOKEN=") != 1 || !strings.Contains(string(env), "\nCUBE_TEMPLATE_CALLBACK_TOKEN=\"rotated\"\n") ||
 		!strings.Contains(string(env), "\nCUBE_MASTER_ADDR=\"http://10.1.2.3:8089\"\n") {
 		t.Errorf("environment file after rerun:\n%s", env)
+	}
+
+	// The token from standard input.
+	if out, code := installShInput(t, "from-stdin\n", nil, []string{"DESTDIR=" + dest}, "--binary", bin, "--token-file", "-"); code != 0 {
+		t.Fatalf("--token-file - exited %d:\n%s", code, out)
+	}
+	env, _ = os.ReadFile(envPath)
+	if !strings.Contains(string(env), "\nCUBE_TEMPLATE_CALLBACK_TOKEN=\"from-stdin\"\n") {
+		t.Errorf("environment file after --token-file -:\n%s", env)
+	}
+	if out, code := installShInput(t, "", nil, []string{"DESTDIR=" + dest}, "--binary", bin, "--token-file", "-"); code == 0 || !strings.Contains(out, "no token") {
+		t.Errorf("--token-file - with empty stdin exited %d, want a refusal:\n%s", code, out)
 	}
 
 	// Uninstall from the staging tree keeps configuration unless --purge.
