@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -243,4 +244,31 @@ func finishXattrBlock(xb *xattrBlock, fsSeed uint32) {
 	c := crc32c(fsSeed, nr[:])
 	c = crc32c(c, b)
 	binary.LittleEndian.PutUint32(b[16:], c)
+}
+
+// CheckXattrs reports whether xs can be stored on one inode, in the inode
+// body and at most one xattr block, the way Finish lays them out. Callers
+// check attributes as they arrive, so an image cannot hold more of them in
+// memory than the filesystem could ever store.
+func CheckXattrs(xs []Xattr) error {
+	if len(xs) == 0 {
+		return nil
+	}
+	es, err := parseXattrs("", xs)
+	if err != nil {
+		return err
+	}
+	_, block := splitXattrs(es)
+	used := xattrHeaderLen + 4 // the block header and the end marker
+	for i := range block {
+		used += block[i].entryLen() + block[i].valueLen()
+	}
+	if used > BlockSize {
+		total := 0
+		for _, x := range xs {
+			total += len(x.Name) + len(x.Value)
+		}
+		return fmt.Errorf("%d extended attributes of %d bytes do not fit in the inode and one %d-byte block", len(xs), total, BlockSize)
+	}
+	return nil
 }

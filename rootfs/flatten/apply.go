@@ -66,12 +66,18 @@ func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return nil // PAX global records carry nothing we apply
 	}
+	if len(hdr.Name) > MaxPathLen {
+		return fail(fmt.Sprintf("name longer than %d bytes", MaxPathLen), nil)
+	}
 	if strings.HasPrefix(hdr.Name, "/") {
 		return fail("absolute path", nil)
 	}
 	comps, err := cleanRelative(hdr.Name)
 	if err != nil {
 		return fail("path escapes the root", nil)
+	}
+	if len(comps) > MaxDepth {
+		return fail(fmt.Sprintf("more than %d path components", MaxDepth), nil)
 	}
 	for i, c := range comps {
 		if len(c) > maxNameLen {
@@ -85,6 +91,9 @@ func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar
 		}
 	}
 	t.entries++
+	if max := t.opts.Limits.MaxEntries; max > 0 && t.entries > max {
+		return fail("limit reached", &LimitError{Limit: LimitEntries, Max: max, What: fmt.Sprintf("the image's %d entries", t.entries)})
+	}
 	if len(comps) == 0 {
 		if hdr.Typeflag != tar.TypeDir {
 			return fail("entry would replace the root directory with a non-directory", nil)
@@ -122,7 +131,10 @@ func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar
 	}
 
 	dir, err := t.walkCreate(parentComps)
+	var limit *LimitError
 	switch {
+	case errors.As(err, &limit):
+		return fail("limit reached", err)
 	case errors.Is(err, ErrSymlink):
 		return fail("writing below a symlinked directory", nil)
 	case err != nil:
@@ -130,11 +142,17 @@ func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar
 	}
 
 	if hdr.Typeflag == tar.TypeLink {
+		if len(hdr.Linkname) > MaxPathLen {
+			return fail(fmt.Sprintf("hard link target longer than %d bytes", MaxPathLen), nil)
+		}
 		target, reason := t.hardlinkTarget(hdr.Linkname)
 		if target == nil {
 			return fail(reason, nil)
 		}
 		if dir.Children[base] != target {
+			if err := t.charge(linkMemory + int64(len(base))); err != nil {
+				return fail("limit reached", err)
+			}
 			t.link(target)
 		}
 		t.put(dir, base, target)
@@ -149,8 +167,12 @@ func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		if old := dir.Children[base]; old != nil && isDir(old) {
+			before := nodeCost(base, old)
 			setMeta(old, meta)
 			t.touch(dir, base)
+			if err := t.charge(nodeCost(base, old) - before); err != nil {
+				return fail("limit reached", err)
+			}
 			return nil
 		}
 		n = &ext4.Node{Mode: ext4.ModeDir, Children: make(map[string]*ext4.Node)}
@@ -182,6 +204,12 @@ func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar
 		return fail(fmt.Sprintf("unsupported entry type %q", hdr.Typeflag), nil)
 	}
 	setMeta(n, meta)
+	if err := t.charge(nodeCost(base, n)); err != nil {
+		if isRegular(n) {
+			t.store.Release(n.Data)
+		}
+		return fail("limit reached", err)
+	}
 	t.put(dir, base, n)
 	return nil
 }
@@ -197,6 +225,9 @@ func (t *Tree) walkCreate(comps []string) (*ext4.Node, error) {
 		switch {
 		case child == nil:
 			child = newDirNode(0o755, 0, 0, t.opts.RootTime)
+			if err := t.charge(nodeCost(c, child)); err != nil {
+				return nil, err
+			}
 			dir.Children[c] = child
 		case isSymlink(child):
 			return nil, ErrSymlink
@@ -295,6 +326,9 @@ func metadata(hdr *tar.Header) (meta, error) {
 	}
 	xs, err := paxXattrs(hdr.PAXRecords)
 	if err != nil {
+		return meta{}, err
+	}
+	if err := ext4.CheckXattrs(xs); err != nil {
 		return meta{}, err
 	}
 	m := meta{

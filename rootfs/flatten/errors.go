@@ -3,6 +3,7 @@ package flatten
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors returned by path operations on a Tree; missing paths wrap
@@ -18,6 +19,8 @@ var (
 	ErrSymlink = errors.New("path crosses a symlink")
 	// ErrEscape means a path leaves the root through "..".
 	ErrEscape = errors.New("path escapes the root")
+	// ErrTooLarge means a file is larger than MaxReadFile.
+	ErrTooLarge = errors.New("file too large to read whole")
 )
 
 // EntryError reports a tar entry that cannot be applied: a hostile or
@@ -35,7 +38,7 @@ type EntryError struct {
 
 // Error implements error.
 func (e *EntryError) Error() string {
-	s := fmt.Sprintf("layer %d: entry %q: %s", e.Layer, e.Name, e.Reason)
+	s := fmt.Sprintf("layer %d: entry %q: %s", e.Layer, shortName(e.Name), e.Reason)
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
@@ -44,3 +47,15 @@ func (e *EntryError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *EntryError) Unwrap() error { return e.Err }
+
+// maxNameInError is how much of a hostile entry name an error message
+// carries: enough to find the entry, never the megabyte a crafted name can
+// have.
+const maxNameInError = 256
+
+func shortName(name string) string {
+	if len(name) <= maxNameInError {
+		return name
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(name[:maxNameInError], ""), len(name))
+}

@@ -62,7 +62,7 @@ func (t *Tree) WriteFile(ctx context.Context, p string, r io.Reader, size int64,
 
 // ReadFile returns the content of the regular file at p, following
 // symlinks inside the root like Resolve. It holds the whole file in memory:
-// use it for small files.
+// use it for small files; one larger than MaxReadFile is ErrTooLarge.
 func (t *Tree) ReadFile(p string) ([]byte, error) {
 	n, _, err := t.Resolve(p)
 	if err != nil {
@@ -70,6 +70,9 @@ func (t *Tree) ReadFile(p string) ([]byte, error) {
 	}
 	if !isRegular(n) {
 		return nil, fmt.Errorf("read file %q: not a regular file", p)
+	}
+	if n.Size > MaxReadFile {
+		return nil, fmt.Errorf("read file %q: %w: %d bytes, over the %d-byte limit for files read whole", p, ErrTooLarge, n.Size, MaxReadFile)
 	}
 	var buf bytes.Buffer
 	buf.Grow(int(min(n.Size, 1<<20)))

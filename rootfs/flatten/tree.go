@@ -39,6 +39,8 @@ type Options struct {
 	// RootTime stamps the root directory and directories created only
 	// because an entry below them needed a parent.
 	RootTime time.Time
+	// Limits bound what layers may make the tree hold.
+	Limits Limits
 }
 
 // Tree is the flattened filesystem: a tree of ext4 inodes built layer by
@@ -55,9 +57,11 @@ type Tree struct {
 	// them. It is nil between layers.
 	touched map[edge]struct{}
 	// entries and whiteouts count the tar entries and whiteout markers
-	// applied, for the tests' Stats.
+	// applied: entries for Limits.MaxEntries, both for the tests' Stats.
 	entries   int64
 	whiteouts int64
+	// memory is the estimated memory of the content, for Limits.MaxMemory.
+	memory int64
 }
 
 // edge names one directory entry.
@@ -267,7 +271,7 @@ func isRegular(n *ext4.Node) bool { return n.Mode&ext4.ModeTypeMask == ext4.Mode
 // put makes dir/name refer to n, dropping what was there.
 func (t *Tree) put(dir *ext4.Node, name string, n *ext4.Node) {
 	if old := dir.Children[name]; old != nil && old != n {
-		t.drop(old)
+		t.drop(name, old)
 	}
 	if dir.Children == nil {
 		dir.Children = make(map[string]*ext4.Node)
@@ -280,20 +284,22 @@ func (t *Tree) put(dir *ext4.Node, name string, n *ext4.Node) {
 func (t *Tree) unlink(dir *ext4.Node, name string) {
 	if old := dir.Children[name]; old != nil {
 		delete(dir.Children, name)
-		t.drop(old)
+		t.drop(name, old)
 	}
 }
 
-// drop forgets one link to n; the last link of a regular file releases its
-// data, and a directory drops its whole subtree.
-func (t *Tree) drop(n *ext4.Node) {
+// drop forgets one link, named name, to n; the last link of a regular file
+// releases its data, and a directory drops its whole subtree.
+func (t *Tree) drop(name string, n *ext4.Node) {
 	if isDir(n) {
-		for _, c := range n.Children {
-			t.drop(c)
+		for cname, c := range n.Children {
+			t.drop(cname, c)
 		}
+		t.refund(nodeCost(name, n))
 		return
 	}
 	if c := t.extra[n]; c > 0 {
+		t.refund(linkMemory + int64(len(name)))
 		if c == 1 {
 			delete(t.extra, n)
 		} else {
@@ -301,6 +307,7 @@ func (t *Tree) drop(n *ext4.Node) {
 		}
 		return
 	}
+	t.refund(nodeCost(name, n))
 	if isRegular(n) {
 		t.store.Release(n.Data)
 		n.Data = ext4.Data{}

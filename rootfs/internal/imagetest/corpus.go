@@ -3,6 +3,7 @@ package imagetest
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"path"
 	"strings"
 	"time"
@@ -615,5 +616,16 @@ func Hostile() []HostileCase {
 		one("WhiteoutAsDir", File("a/.wh.b/c", "x"), "whiteout name used as a directory"),
 		one("NameTooLong", File(strings.Repeat("n", 256), "x"), "longer than 255 bytes"),
 		one("EmptySymlink", Symlink("e", ""), "empty symlink target"),
+		one("XattrsTooLarge", File("f", "x").Xattr("user.big", strings.Repeat("v", 5000)), "do not fit in the inode and one 4096-byte block"),
+		one("TooManyXattrs", manyXattrs(File("f", "x"), 300), "do not fit in the inode and one 4096-byte block"),
+		one("HardlinkTargetTooLong", Link("x", strings.Repeat("t/", 2100)), "hard link target longer than 4095 bytes"),
 	}
+}
+
+// manyXattrs gives e n small user xattrs.
+func manyXattrs(e Entry, n int) Entry {
+	for i := range n {
+		e = e.Xattr(fmt.Sprintf("user.a%03d", i), "v")
+	}
+	return e
 }
