@@ -10,8 +10,6 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inject"
@@ -32,6 +30,8 @@ type Options struct {
 	// the guest to write.
 	HeadroomPercent int
 	HeadroomInodes  int
+	// Limits bound what one build may take from the host.
+	Limits Limits
 }
 
 // Builder resolves images and builds template images from them.
@@ -163,7 +163,9 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	if err != nil {
 		return nil, fmt.Errorf("start ext4 image: %w", err)
 	}
-	tree := flatten.New(w, flatten.Options{RootTime: stamp})
+	store := &guardedStore{Writer: w, dir: string(b.opts.Store), limits: b.opts.Limits}
+	tree := flatten.New(store, flatten.Options{RootTime: stamp, Limits: flatten.Limits{
+		MaxEntries: b.opts.Limits.MaxEntries, MaxMemory: b.opts.Limits.MaxTreeMemory}})
 	n := layers.Len()
 	for i := 0; i < n; i++ {
 		if err := applyLayer(ctx, tree, layers, i); err != nil {
@@ -189,6 +191,9 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 			return nil, fmt.Errorf("bake cube egress CA: nothing written and the CA is not in the image (skipped: %v)", res.Skipped)
 		}
 		art.CABaked, art.CATargets = true, res.TargetsWritten
+	}
+	if err := store.checkFree(0); err != nil {
+		return nil, fmt.Errorf("write ext4 metadata: %w", err)
 	}
 	stats, err := w.Finish(ctx, tree.Root())
 	if err != nil {
@@ -262,17 +267,18 @@ func journalBlocks(compressed int64) uint32 {
 	}
 }
 
-// checkSpace fails early when the store clearly cannot hold the image:
-// layers expand to about three times their compressed size.
+// checkSpace fails early when the store clearly cannot hold the image
+// above its reserve (Limits.MinFree*): layers expand to about three times
+// their compressed size. Writing checks again as the content arrives.
 func (b *Builder) checkSpace(img *Image) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(string(b.opts.Store), &st); err != nil {
-		return fmt.Errorf("check store space: %w", err)
+	reserve, available, err := storeSpace(string(b.opts.Store), b.opts.Limits)
+	if err != nil {
+		return err
 	}
-	available := int64(st.Bavail) * int64(st.Bsize)
 	required := img.CompressedSize*3 + 64<<20
-	if available < required {
-		return fmt.Errorf("insufficient disk space: available=%d bytes required=%d bytes (store %s)", available, required, b.opts.Store)
+	if available-reserve < required {
+		return fmt.Errorf("insufficient disk space: available=%d bytes required=%d bytes plus %d kept free by %s (store %s)",
+			available, required, reserve, LimitMinFree, b.opts.Store)
 	}
 	return nil
 }

@@ -86,6 +86,9 @@ type Store struct {
 	Dir string `yaml:"dir"`
 	// WorkDir holds the layer cache and per-job scratch files.
 	WorkDir string `yaml:"work_dir"`
+	// MinFree is kept free on the store's filesystem: a build that would
+	// write into it fails.
+	MinFree Reserve `yaml:"min_free"`
 }
 
 // Spool locates the durable job database.
@@ -114,6 +117,12 @@ type Build struct {
 	// HeadroomPercent and HeadroomInodes leave room for the guest to write.
 	HeadroomPercent int `yaml:"headroom_percent"`
 	HeadroomInodes  int `yaml:"headroom_inodes"`
+	// MaxEntries bounds the tar entries of one image, over all layers.
+	MaxEntries int64 `yaml:"max_entries"`
+	// MaxTreeMemory bounds the estimated memory of one image's file tree.
+	MaxTreeMemory ByteSize `yaml:"max_tree_memory"`
+	// MaxImageSize bounds the file content one image may expand to.
+	MaxImageSize ByteSize `yaml:"max_image_size"`
 }
 
 // Registry holds pull settings.
@@ -142,11 +151,12 @@ func Default() *Config {
 		Log: Log{Level: "info", Format: "text"},
 		Master: Master{Addr: "http://127.0.0.1:8089", CallbackTimeout: 10 * time.Second,
 			RetryInitial: 500 * time.Millisecond, RetryMax: 30 * time.Second, ProgressAttempts: 6},
-		Store: Store{Dir: "/data/CubeMaster/storage", WorkDir: "/var/cache/cube-templatecenter"},
+		Store: Store{Dir: "/data/CubeMaster/storage", WorkDir: "/var/cache/cube-templatecenter", MinFree: Reserve{Percent: 5}},
 		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour},
 		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
-			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096},
+			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
+			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30},
 		Shutdown: Shutdown{Timeout: 25 * time.Second},
 		// The artifact store's defaults live beside it, in artifactstore.go.
 		ArtifactStore: defaultArtifactStore(),
@@ -352,6 +362,14 @@ func (c *Config) Validate() error {
 			bad(r.key, "%d is outside %d..%d", r.v, r.lo, r.hi)
 		}
 	}
+	if c.Build.MaxEntries < 1 {
+		bad("build.max_entries", "%d is not a positive count", c.Build.MaxEntries)
+	}
+	for key, v := range map[string]ByteSize{"build.max_tree_memory": c.Build.MaxTreeMemory, "build.max_image_size": c.Build.MaxImageSize} {
+		if v < 1<<20 {
+			bad(key, "%s is below 1MiB", v)
+		}
+	}
 	for key, path := range map[string]string{"store.dir": c.Store.Dir, "store.work_dir": c.Store.WorkDir,
 		"spool.path": c.Spool.Path, "build.ca_path": c.Build.CAPath} {
 		if !strings.HasPrefix(path, "/") {
@@ -412,8 +430,9 @@ func (c *Config) RestartOnly(next *Config) []string {
 	b, n := c.Build, next.Build
 	if b.CAPath != n.CAPath || b.Platform != n.Platform || b.LayerCacheQuota != n.LayerCacheQuota ||
 		b.LayerCacheZstd != n.LayerCacheZstd || b.DownloadJobs != n.DownloadJobs ||
-		b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes {
-		keys = append(keys, "build (ca_path, platform, layer_cache_*, download_jobs, headroom_*)")
+		b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes ||
+		b.MaxEntries != n.MaxEntries || b.MaxTreeMemory != n.MaxTreeMemory || b.MaxImageSize != n.MaxImageSize {
+		keys = append(keys, "build (ca_path, platform, layer_cache_*, download_jobs, headroom_*, max_entries, max_tree_memory, max_image_size)")
 	}
 	if !reflect.DeepEqual(c.Registry, next.Registry) {
 		keys = append(keys, "registry")
