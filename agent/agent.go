@@ -92,6 +92,7 @@ func New(o Options) *Agent {
 	}
 	a.cfg.Store(o.Config)
 	a.metrics = newMetrics(o.Spool, o.Logger)
+	a.metrics.register(newSpaceCollector(a.config, o.Logger))
 	if c, ok := o.Builder.(layerCache); ok {
 		a.metrics.register(newLayerCacheCollector(c))
 	}
@@ -150,6 +151,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		Handler:           a.Handler(),
 		ReadHeaderTimeout: cfg.Common.ReadHeaderTimeout,
 		ReadTimeout:       cfg.Common.ReadTimeout,
+		WriteTimeout:      cfg.Common.WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
 	}

@@ -248,6 +248,21 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	check("spool", a.probe(r.Context(), 2*time.Second))
 	check("store", storeWritable(a.config().Store.Dir))
+	space := map[string]spaceView{}
+	for _, v := range volumes(a.config()) {
+		sp, err := rootfs.StoreSpace(v.dir, v.limits)
+		if err != nil {
+			check(v.name+"_space", err)
+			continue
+		}
+		space[v.name] = spaceView{Dir: v.dir, SizeBytes: sp.Size, FreeBytes: sp.Free, ReserveBytes: sp.Reserve}
+		if sp.Free < sp.Reserve {
+			// Every build would fail on store.min_free: not ready.
+			check(v.name+"_space", fmt.Errorf("%d bytes free, below the %d kept free by %s", sp.Free, sp.Reserve, rootfs.LimitMinFree))
+		} else {
+			check(v.name+"_space", nil)
+		}
+	}
 	if a.stopping.Load() {
 		check("accepting", errors.New("shutting down"))
 	}
@@ -255,7 +270,7 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if len(problems) > 0 {
 		status, code = "not_ready", http.StatusServiceUnavailable
 	}
-	body := map[string]any{"status": status, "checks": checks}
+	body := map[string]any{"status": status, "checks": checks, "space": space}
 	if len(problems) > 0 {
 		body["errors"] = problems
 	}

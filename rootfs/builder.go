@@ -271,14 +271,14 @@ func journalBlocks(compressed int64) uint32 {
 // above its reserve (Limits.MinFree*): layers expand to about three times
 // their compressed size. Writing checks again as the content arrives.
 func (b *Builder) checkSpace(img *Image) error {
-	reserve, available, err := storeSpace(string(b.opts.Store), b.opts.Limits)
+	sp, err := StoreSpace(string(b.opts.Store), b.opts.Limits)
 	if err != nil {
 		return err
 	}
 	required := img.CompressedSize*3 + 64<<20
-	if available-reserve < required {
+	if sp.Free-sp.Reserve < required {
 		return fmt.Errorf("insufficient disk space: available=%d bytes required=%d bytes plus %d kept free by %s (store %s)",
-			available, required, reserve, LimitMinFree, b.opts.Store)
+			sp.Free, required, sp.Reserve, LimitMinFree, b.opts.Store)
 	}
 	return nil
 }

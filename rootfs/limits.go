@@ -69,25 +69,35 @@ func (g *guardedStore) WriteData(ctx context.Context, r io.Reader, size int64) (
 // checkFree fails when writing more bytes would leave less than the
 // reserve free on the store's filesystem.
 func (g *guardedStore) checkFree(more int64) error {
-	reserve, free, err := storeSpace(g.dir, g.limits)
+	sp, err := StoreSpace(g.dir, g.limits)
 	if err != nil {
 		return err
 	}
-	if reserve > 0 && free-more < reserve {
-		return &flatten.LimitError{Limit: LimitMinFree, Max: reserve,
-			What: fmt.Sprintf("writing %d more bytes to the store (%d bytes free)", more, free)}
+	if sp.Reserve > 0 && sp.Free-more < sp.Reserve {
+		return &flatten.LimitError{Limit: LimitMinFree, Max: sp.Reserve,
+			What: fmt.Sprintf("writing %d more bytes to the store (%d bytes free)", more, sp.Free)}
 	}
 	return nil
 }
 
-// storeSpace returns the reserve the limits keep on dir's filesystem and
-// the bytes free there for an unprivileged writer.
-func storeSpace(dir string, l Limits) (reserve, free int64, err error) {
+// Space describes a filesystem's room, in bytes.
+type Space struct {
+	// Size is the filesystem's size; Free what an unprivileged writer may
+	// still use.
+	Size, Free int64
+	// Reserve is what the limits keep free (MinFreeBytes or
+	// MinFreePercent of Size, the larger).
+	Reserve int64
+}
+
+// StoreSpace measures the filesystem holding dir and the reserve the
+// limits keep free on it.
+func StoreSpace(dir string, l Limits) (Space, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, 0, fmt.Errorf("check store space: %w", err)
+		return Space{}, fmt.Errorf("check space of %s: %w", dir, err)
 	}
 	size := int64(st.Blocks) * st.Bsize
-	reserve = max(l.MinFreeBytes, int64(float64(size)*l.MinFreePercent/100))
-	return reserve, int64(st.Bavail) * st.Bsize, nil
+	return Space{Size: size, Free: int64(st.Bavail) * st.Bsize,
+		Reserve: max(l.MinFreeBytes, int64(float64(size)*l.MinFreePercent/100))}, nil
 }

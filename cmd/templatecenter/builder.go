@@ -22,13 +22,7 @@ func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error
 		CAPath:          cfg.Build.CAPath,
 		HeadroomPercent: cfg.Build.HeadroomPercent,
 		HeadroomInodes:  cfg.Build.HeadroomInodes,
-		Limits: rootfs.Limits{
-			MaxEntries:     cfg.Build.MaxEntries,
-			MaxTreeMemory:  int64(cfg.Build.MaxTreeMemory),
-			MaxImageSize:   int64(cfg.Build.MaxImageSize),
-			MinFreeBytes:   int64(cfg.Store.MinFree.Bytes),
-			MinFreePercent: cfg.Store.MinFree.Percent,
-		},
+		Limits:          agent.BuilderLimits(cfg),
 		Pull: rootfs.PullOptions{
 			CacheDir:        filepath.Join(cfg.Store.WorkDir, "layers"),
 			CacheQuotaBytes: int64(cfg.Build.LayerCacheQuota),

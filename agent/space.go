@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"log/slog"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+)
+
+// BuilderLimits are the per-build limits the configuration sets.
+func BuilderLimits(cfg *config.Config) rootfs.Limits {
+	return rootfs.Limits{
+		MaxEntries:     cfg.Build.MaxEntries,
+		MaxTreeMemory:  int64(cfg.Build.MaxTreeMemory),
+		MaxImageSize:   int64(cfg.Build.MaxImageSize),
+		MinFreeBytes:   int64(cfg.Store.MinFree.Bytes),
+		MinFreePercent: cfg.Store.MinFree.Percent,
+	}
+}
+
+// volume is a filesystem the agent writes to and watches.
+type volume struct {
+	name string
+	dir  string
+	// limits give the reserve kept free (the store's store.min_free; none
+	// for the spool).
+	limits rootfs.Limits
+}
+
+// volumes are the store (where images are written, with its reserve) and
+// the spool's directory.
+func volumes(cfg *config.Config) []volume {
+	return []volume{
+		{name: "store", dir: cfg.Store.Dir, limits: BuilderLimits(cfg)},
+		{name: "spool", dir: filepath.Dir(cfg.Spool.Path)},
+	}
+}
+
+// spaceCollector reports the room on the agent's volumes once per scrape.
+type spaceCollector struct {
+	config                  func() *config.Config
+	logger                  *slog.Logger
+	size, free, reserve, ok *prometheus.Desc
+}
+
+func newSpaceCollector(cfg func() *config.Config, logger *slog.Logger) *spaceCollector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "volume", name), help, []string{"volume"}, nil)
+	}
+	return &spaceCollector{
+		config:  cfg,
+		logger:  logger,
+		size:    desc("size_bytes", "Size of the filesystem holding the volume (store, spool)."),
+		free:    desc("free_bytes", "Bytes the agent may still write on the volume's filesystem."),
+		reserve: desc("reserve_bytes", "Bytes builds keep free on the volume's filesystem (store.min_free)."),
+		ok:      desc("scrape_success", "Whether this scrape measured the volume's filesystem (1) or not (0)."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *spaceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.size, c.free, c.reserve, c.ok} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *spaceCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, v := range volumes(c.config()) {
+		sp, err := rootfs.StoreSpace(v.dir, v.limits)
+		if err != nil {
+			c.logger.Warn("measure volume", "volume", v.name, "err", err)
+			ch <- prometheus.MustNewConstMetric(c.ok, prometheus.GaugeValue, 0, v.name)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(sp.Size), v.name)
+		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(sp.Free), v.name)
+		ch <- prometheus.MustNewConstMetric(c.reserve, prometheus.GaugeValue, float64(sp.Reserve), v.name)
+		ch <- prometheus.MustNewConstMetric(c.ok, prometheus.GaugeValue, 1, v.name)
+	}
+}
+
+// spaceView is a volume's room as /health shows it.
+type spaceView struct {
+	Dir          string `json:"dir"`
+	SizeBytes    int64  `json:"size_bytes"`
+	FreeBytes    int64  `json:"free_bytes"`
+	ReserveBytes int64  `json:"reserve_bytes"`
+}
