@@ -31,10 +31,15 @@ type uploadReply struct {
 // already in place is kept ("reused").
 func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	cfg := a.config()
-	// The server's read timeout is sized for build requests; an image upload
-	// may take far longer.
-	if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(cfg.Common.UploadTimeout)); err != nil {
+	// The server's read and write timeouts are sized for build requests; an
+	// image upload is a stream that may take far longer.
+	rc := http.NewResponseController(w)
+	deadline := time.Now().Add(cfg.Common.UploadTimeout)
+	if err := rc.SetReadDeadline(deadline); err != nil {
 		a.logger.Warn("extend read deadline for upload", "err", err)
+	}
+	if err := rc.SetWriteDeadline(deadline); err != nil {
+		a.logger.Warn("extend write deadline for upload", "err", err)
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, int64(cfg.Common.MaxUploadBytes))
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))

@@ -50,6 +50,9 @@ type Common struct {
 	MaxBodyBytes      ByteSize      `yaml:"max_body_bytes"`
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing a response; streams (uploads) set their
+	// own deadline.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// MaxUploadBytes and UploadTimeout bound POST /tc/api/v1/artifact/upload.
 	MaxUploadBytes ByteSize      `yaml:"max_upload_bytes"`
 	UploadTimeout  time.Duration `yaml:"upload_timeout"`
@@ -146,7 +149,7 @@ type Shutdown struct {
 func Default() *Config {
 	return &Config{
 		Common: Common{HTTPBind: "0.0.0.0", HTTPPort: 8090, MaxBodyBytes: 24 << 20,
-			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
+			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: time.Minute,
 			MaxUploadBytes: 64 << 30, UploadTimeout: time.Hour},
 		Log: Log{Level: "info", Format: "text"},
 		Master: Master{Addr: "http://127.0.0.1:8089", CallbackTimeout: 10 * time.Second,
@@ -332,6 +335,7 @@ func (c *Config) Validate() error {
 	}
 	positive := map[string]time.Duration{
 		"common.read_header_timeout": c.Common.ReadHeaderTimeout, "common.read_timeout": c.Common.ReadTimeout,
+		"common.write_timeout":    c.Common.WriteTimeout,
 		"common.upload_timeout":   c.Common.UploadTimeout,
 		"master.callback_timeout": c.Master.CallbackTimeout, "master.retry_initial": c.Master.RetryInitial,
 		"master.retry_max": c.Master.RetryMax, "spool.retention": c.Spool.Retention,
