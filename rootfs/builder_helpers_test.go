@@ -470,7 +470,7 @@ func compareEntry(t testing.TB, im *inspect.Image, p string, e inspect.Entry, ho
 // newCA makes a self-signed CA certificate and writes its PEM to a file.
 func newCA(t testing.TB, cn string) (pemBytes []byte, file string) {
 	t.Helper()
-	pemBytes = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: imagetest.NewCACert(t, cn)})
+	pemBytes = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: images.NewCACert(t, cn)})
 	file = filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(file, pemBytes, 0o644); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inject"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 var bakeTime = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -33,7 +34,7 @@ func pemOf(der []byte) []byte {
 
 func newCA(t testing.TB) *inject.CA {
 	t.Helper()
-	ca, err := inject.ParseCA(pemOf(imagetest.NewCACert(t, "cube egress root")))
+	ca, err := inject.ParseCA(pemOf(images.NewCACert(t, "cube egress root")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestEnvd(t *testing.T) {
 }
 
 func TestParseCA(t *testing.T) {
-	der := imagetest.NewCACert(t, "a")
+	der := images.NewCACert(t, "a")
 	p := pemOf(der)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	keyDER, _ := x509.MarshalECPrivateKey(key)
@@ -208,7 +209,7 @@ func TestParseCA(t *testing.T) {
 	})
 
 	bad := map[string][]byte{
-		"TwoCerts":    append(append([]byte{}, p...), pemOf(imagetest.NewCACert(t, "b"))...),
+		"TwoCerts":    append(append([]byte{}, p...), pemOf(images.NewCACert(t, "b"))...),
 		"Garbage":     []byte("not a certificate at all"),
 		"Empty":       nil,
 		"PrivateKey":  keyPEM,
@@ -228,7 +229,7 @@ func TestParseCA(t *testing.T) {
 
 func TestLoadCA(t *testing.T) {
 	dir := t.TempDir()
-	p := pemOf(imagetest.NewCACert(t, "a"))
+	p := pemOf(images.NewCACert(t, "a"))
 	path := filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(path, p, 0o644); err != nil {
 		t.Fatal(err)
@@ -251,7 +252,7 @@ func TestLoadCA(t *testing.T) {
 func TestBakeCA(t *testing.T) {
 	ctx := context.Background()
 	ca := newCA(t)
-	other := string(pemOf(imagetest.NewCACert(t, "some public root")))
+	other := string(pemOf(images.NewCACert(t, "some public root")))
 	bake := func(t *testing.T, tree *flatten.Tree) inject.CAResult {
 		t.Helper()
 		res, err := inject.BakeCA(ctx, tree, ca, bakeTime)

@@ -43,39 +43,57 @@ func (c Compression) MediaType() types.MediaType {
 
 // Encode compresses an uncompressed tar stream with c.
 func (c Compression) Encode(tarball []byte) ([]byte, error) {
+	if c == Uncompressed {
+		return tarball, nil
+	}
+	blob, _, err := c.EncodeStream(func(w io.Writer) error {
+		_, err := w.Write(tarball)
+		return err
+	})
+	return blob, err
+}
+
+// EncodeStream compresses the tar stream gen writes with c, without ever
+// holding it whole: layers far larger than their blob (decompression
+// bombs) are made this way. It returns the blob and the stream's DiffID.
+func (c Compression) EncodeStream(gen func(w io.Writer) error) ([]byte, v1.Hash, error) {
 	var b bytes.Buffer
+	diff := sha256.New()
+	var zw io.WriteCloser
 	switch c {
 	case Uncompressed:
-		return tarball, nil
+		zw = nopWriteCloser{&b}
 	case Gzip:
-		zw := gzip.NewWriter(&b)
-		if _, err := zw.Write(tarball); err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		if err := zw.Close(); err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
+		zw = gzip.NewWriter(&b)
 	case Zstd:
-		zw, err := zstd.NewWriter(&b, zstd.WithEncoderConcurrency(1))
+		z, err := zstd.NewWriter(&b, zstd.WithEncoderConcurrency(1))
 		if err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
+			return nil, v1.Hash{}, fmt.Errorf("zstd: %w", err)
 		}
-		if _, err := zw.Write(tarball); err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
-		}
-		if err := zw.Close(); err != nil {
-			return nil, fmt.Errorf("zstd: %w", err)
-		}
+		zw = z
 	default:
-		return nil, fmt.Errorf("unknown compression %q", c)
+		return nil, v1.Hash{}, fmt.Errorf("unknown compression %q", c)
 	}
-	return b.Bytes(), nil
+	if err := gen(io.MultiWriter(zw, diff)); err != nil {
+		return nil, v1.Hash{}, fmt.Errorf("%s: %w", c, err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, v1.Hash{}, fmt.Errorf("%s: %w", c, err)
+	}
+	return b.Bytes(), v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(diff.Sum(nil))}, nil
 }
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // Layer is one layer of an image New builds: an uncompressed tar stream
 // and the encoding of its blob (Gzip when empty).
 type Layer struct {
-	Tar         []byte
+	Tar []byte
+	// Stream, when set instead of Tar, writes the tar stream; it is
+	// compressed as it is written and never held whole.
+	Stream      func(w io.Writer) error
 	Compression Compression
 }
 
@@ -100,6 +118,14 @@ func New(tb testing.TB, cfg Config, layers ...Layer) v1.Image {
 		c := l.Compression
 		if c == "" {
 			c = Gzip
+		}
+		if l.Stream != nil {
+			blob, diffID, err := c.EncodeStream(l.Stream)
+			if err != nil {
+				tb.Fatalf("images: encode layer %d: %v", i, err)
+			}
+			ls[i] = &blobLayer{blob: blob, digest: sha256Hash(blob), diffID: diffID, enc: c, mediaType: c.MediaType()}
+			continue
 		}
 		blob, err := c.Encode(l.Tar)
 		if err != nil {

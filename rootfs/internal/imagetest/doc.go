@@ -5,6 +5,6 @@
 // layer stacks (Hostile), the e2fsprogs and mount(8) steps on an image file
 // (Fsck, Mount, MountRW, Umount, Tmpfs, Tool), snapshots of a directory
 // with a readable diff (SnapshotDir, Diff, Check) and file hashes
-// (FileSHA256), the reference flattening done by umoci (UmociRootfs,
-// Image.ReferenceOptions), and a self-signed egress CA (NewCACert).
+// (FileSHA256), and the reference flattening done by umoci (UmociRootfs,
+// Image.ReferenceOptions).
 package imagetest

@@ -1,4 +1,4 @@
-package imagetest
+package images
 
 import (
 	"crypto/ecdsa"
