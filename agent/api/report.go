@@ -90,11 +90,17 @@ type Built struct {
 	CABaked         bool   `json:"CABaked"`
 	CAFingerprint   string `json:"CAFingerprint"`
 	CATargets       int    `json:"CATargets"`
+	// StorageBackend ("s3" or "fs"), ObjectKey and, for S3, ArtifactURL
+	// (presigned) are set only when the artifact's object is verified in
+	// the blob store.
+	StorageBackend string `json:"StorageBackend,omitempty"`
+	ObjectKey      string `json:"ObjectKey,omitempty"`
+	ArtifactURL    string `json:"ArtifactURL,omitempty"`
 }
 
 // BuiltReport ends a job successfully.
 func BuiltReport(b Built) Report {
-	return Report{
+	r := Report{
 		"status":                         StatusBuilt,
 		"phase":                          PhaseReady,
 		"progress":                       ProgressDone,
@@ -111,4 +117,13 @@ func BuiltReport(b Built) Report {
 		"cube_egress_ca_fingerprint":     b.CAFingerprint,
 		"cube_egress_ca_targets_written": b.CATargets,
 	}
+	// Sent only for a verified object, as upstream: CubeMaster and the
+	// Cubelets then download from the blob store.
+	if b.StorageBackend != "" {
+		r["storage_backend"], r["object_key"] = b.StorageBackend, b.ObjectKey
+	}
+	if b.ArtifactURL != "" {
+		r["artifact_url"] = b.ArtifactURL
+	}
+	return r
 }

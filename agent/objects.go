@@ -1,0 +1,222 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
+)
+
+// objectPublisher keeps the durable copy of each artifact in the blob
+// store: it uploads a published image, verifies the object, and reports
+// its blob fields. A nil *objectPublisher means no blob store: artifacts
+// live on the local store only.
+type objectPublisher struct {
+	store  blobstore.Store
+	prefix string
+	// presignTTL is how long the artifact_url of an S3 object stays valid.
+	presignTTL time.Duration
+	// keepLocal keeps the local image after a verified upload.
+	keepLocal bool
+	logger    *slog.Logger
+	metrics   objectMetrics
+}
+
+// objectMetrics are the series the publisher updates.
+type objectMetrics struct {
+	uploadBytes    prometheus.Counter
+	uploadDuration prometheus.Histogram
+	failures       *prometheus.CounterVec
+	fallbacks      prometheus.Counter
+	verifiedReuses prometheus.Counter
+}
+
+func newObjectMetrics() objectMetrics {
+	return objectMetrics{
+		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "blobstore", Name: "upload_bytes_total",
+			Help: "Artifact bytes uploaded to the blob store.",
+		}),
+		uploadDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "blobstore", Name: "upload_duration_seconds",
+			Help:    "Time to upload and verify one artifact.",
+			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "blobstore", Name: "failures_total",
+			Help: "Blob store operations that failed after their retries, by operation.",
+		}, []string{"op"}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "blobstore", Name: "fallbacks_total",
+			Help: "Builds reported with the local artifact only because the S3 upload failed.",
+		}),
+		verifiedReuses: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "blobstore", Name: "verified_reuses_total",
+			Help: "Reused artifacts whose object was found intact in the blob store.",
+		}),
+	}
+}
+
+func (m objectMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.uploadBytes, m.uploadDuration, m.failures, m.fallbacks, m.verifiedReuses}
+}
+
+// errObjectMissing reports an artifact with neither an intact object nor a
+// local image to upload again: it must be rebuilt.
+var errObjectMissing = errors.New("artifact object missing and no local copy to upload")
+
+// ensure makes sure built's artifact is in the blob store and returns built
+// with its blob fields set. An intact object (size and sha256 as built) is
+// reused; otherwise the local image is uploaded and verified. progress
+// receives the share uploaded (0..1). When the upload fails for good, the
+// S3 backend falls back to the local artifact (built without blob fields,
+// as upstream does) and the fs backend returns the error.
+func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress func(float64)) (*api.Built, error) {
+	if p == nil {
+		return built, nil
+	}
+	key := blobstore.ArtifactKey(p.prefix, built.ArtifactID)
+	log := p.logger.With("artifact_id", built.ArtifactID, "object_key", key)
+	out := *built
+	out.StorageBackend, out.ObjectKey, out.ArtifactURL = "", "", ""
+	info, err := p.store.Stat(ctx, key)
+	switch {
+	case err == nil && info.Size == built.Ext4SizeBytes && info.SHA256 == built.Ext4SHA256:
+		p.metrics.verifiedReuses.Inc()
+		return p.withFields(ctx, &out, key, log)
+	case err == nil:
+		log.Warn("object differs from the artifact, uploading it again", "size", info.Size, "sha256", info.SHA256)
+	case !errors.Is(err, blobstore.ErrNotFound):
+		p.metrics.failures.WithLabelValues("stat").Inc()
+		return p.fallback(&out, log, fmt.Errorf("stat artifact object %s: %w", key, err))
+	}
+	if _, err := os.Stat(built.Ext4Path); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("artifact %s: %w", built.ArtifactID, errObjectMissing)
+	}
+	if err := p.upload(ctx, key, built, progress); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		p.metrics.failures.WithLabelValues("upload").Inc()
+		return p.fallback(&out, log, err)
+	}
+	res, err := p.withFields(ctx, &out, key, log)
+	if err != nil {
+		return nil, err
+	}
+	if !p.keepLocal {
+		if err := os.Remove(built.Ext4Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("remove local copy after upload", "err", err)
+		}
+	}
+	return res, nil
+}
+
+// upload sends the local image to key and checks what the store holds.
+func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Built, progress func(float64)) error {
+	began := time.Now()
+	// What an interrupted upload of this key left (an agent killed mid
+	// multipart upload) goes first, so the bucket keeps no incomplete one.
+	if err := p.store.AbortIncomplete(ctx, key); err != nil {
+		return fmt.Errorf("abort earlier upload of %s: %w", key, err)
+	}
+	var err error
+	if p.store.Backend() == blobstore.BackendFS {
+		err = p.store.PutFile(ctx, key, built.Ext4Path, built.Ext4SizeBytes, built.Ext4SHA256)
+	} else {
+		var f *os.File
+		if f, err = os.Open(built.Ext4Path); err != nil {
+			return fmt.Errorf("open artifact for upload: %w", err)
+		}
+		defer f.Close()
+		err = p.store.Put(ctx, key, &progressReader{r: f, total: built.Ext4SizeBytes, report: progress}, built.Ext4SizeBytes, built.Ext4SHA256)
+	}
+	if err != nil {
+		if aerr := p.store.AbortIncomplete(context.WithoutCancel(ctx), key); aerr != nil {
+			p.logger.Warn("abort failed upload", "object_key", key, "err", aerr)
+		}
+		return fmt.Errorf("upload artifact to %s: %w", key, err)
+	}
+	info, err := p.store.Stat(ctx, key)
+	if err != nil {
+		return fmt.Errorf("verify uploaded artifact %s: %w", key, err)
+	}
+	if info.Size != built.Ext4SizeBytes || info.SHA256 != built.Ext4SHA256 {
+		return fmt.Errorf("verify uploaded artifact %s: stored %d bytes sha256 %s, want %d bytes sha256 %s",
+			key, info.Size, info.SHA256, built.Ext4SizeBytes, built.Ext4SHA256)
+	}
+	p.metrics.uploadBytes.Add(float64(built.Ext4SizeBytes))
+	p.metrics.uploadDuration.Observe(time.Since(began).Seconds())
+	p.logger.Info("artifact uploaded", "artifact_id", built.ArtifactID, "object_key", key, "backend", p.store.Backend(),
+		"size", built.Ext4SizeBytes, "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// withFields sets the blob fields of a verified object: backend and key,
+// and for S3 a presigned download URL.
+func (p *objectPublisher) withFields(ctx context.Context, b *api.Built, key string, log *slog.Logger) (*api.Built, error) {
+	b.StorageBackend, b.ObjectKey = p.store.Backend(), key
+	if p.store.Backend() == blobstore.BackendS3 {
+		url, err := p.store.PresignGet(ctx, key, p.presignTTL)
+		if err != nil {
+			p.metrics.failures.WithLabelValues("presign").Inc()
+			b.StorageBackend, b.ObjectKey = "", ""
+			return p.fallback(b, log, fmt.Errorf("presign %s: %w", key, err))
+		}
+		b.ArtifactURL = url
+	}
+	return b, nil
+}
+
+// fallback ends a failed blob store step: S3 reports the local artifact
+// (when it is still there), fs fails the job.
+func (p *objectPublisher) fallback(b *api.Built, log *slog.Logger, err error) (*api.Built, error) {
+	if p.store.Backend() == blobstore.BackendFS {
+		return nil, err
+	}
+	if _, serr := os.Stat(b.Ext4Path); serr != nil {
+		return nil, fmt.Errorf("%w (and the local copy is gone: %v)", err, serr)
+	}
+	p.metrics.fallbacks.Inc()
+	log.Warn("blob store unavailable, reporting the local artifact only", "err", err)
+	return b, nil
+}
+
+// remove deletes an artifact's object by its key, whatever was reported
+// about it before; a missing object is success.
+func (p *objectPublisher) remove(ctx context.Context, artifactID string) error {
+	if p == nil {
+		return nil
+	}
+	key := blobstore.ArtifactKey(p.prefix, artifactID)
+	if err := p.store.Delete(ctx, key); err != nil {
+		p.metrics.failures.WithLabelValues("delete").Inc()
+		return fmt.Errorf("delete artifact object %s: %w", key, err)
+	}
+	return nil
+}
+
+// progressReader reports the share of total read so far.
+type progressReader struct {
+	r      io.Reader
+	n      int64
+	total  int64
+	report func(float64)
+}
+
+func (pr *progressReader) Read(b []byte) (int, error) {
+	n, err := pr.r.Read(b)
+	pr.n += int64(n)
+	if pr.report != nil && pr.total > 0 {
+		pr.report(float64(pr.n) / float64(pr.total))
+	}
+	return n, err
+}

@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
+	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
+)
+
+// s3srv is the package's one versitygw, started on first use.
+var s3srv s3server.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	s3srv.Close()
+	os.Exit(code)
+}
+
+// s3Store opens the package's S3 server as a blob store.
+func s3Store(t *testing.T, edit func(*blobstore.S3Options)) (blobstore.Store, *s3server.Server) {
+	t.Helper()
+	srv := s3srv.Get(t)
+	opts := blobstore.S3Options{
+		Endpoint: srv.URL(), Bucket: srv.Bucket, AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey,
+		Region: "us-east-1", UsePathStyle: true, PartSize: blobstore.MinPartSize, Concurrency: 2,
+		Attempts: 2, RetryInitial: 5 * time.Millisecond, RetryMax: 10 * time.Millisecond,
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	s, err := blobstore.NewS3(opts)
+	if err != nil {
+		t.Fatalf("NewS3: %v", err)
+	}
+	return s, srv
+}
+
+// localArtifact writes an image of size bytes as a published artifact and
+// returns its record.
+func localArtifact(t *testing.T, id string, size int) *api.Built {
+	t.Helper()
+	data := bytes.Repeat([]byte(id[:8]), size/8)
+	path := filepath.Join(t.TempDir(), id, id+".ext4")
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	return &api.Built{ArtifactID: id, Ext4Path: path, Ext4SHA256: hex.EncodeToString(sum[:]), Ext4SizeBytes: int64(len(data))}
+}
+
+func newPublisher(store blobstore.Store, keepLocal bool) *objectPublisher {
+	return &objectPublisher{store: store, prefix: "tc-test", presignTTL: time.Hour, keepLocal: keepLocal,
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newObjectMetrics()}
+}
+
+func TestPublishToS3(t *testing.T) {
+	ctx := context.Background()
+	store, _ := s3Store(t, nil)
+	p := newPublisher(store, true)
+	built := localArtifact(t, "rfs-aaaaaaaaaaaaaaaaaaaaaaaa", 12<<20) // three parts
+	var last float64
+	got, err := p.ensure(ctx, built, func(f float64) { last = f })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.StorageBackend != "s3" || got.ObjectKey != "tc-test/rfs-aaaaaaaaaaaaaaaaaaaaaaaa.ext4" || got.ArtifactURL == "" {
+		t.Fatalf("blob fields = %q %q %q", got.StorageBackend, got.ObjectKey, got.ArtifactURL)
+	}
+	if last != 1 {
+		t.Errorf("last progress = %v, want 1", last)
+	}
+	info, err := store.Stat(ctx, got.ObjectKey)
+	if err != nil || info.Size != built.Ext4SizeBytes || info.SHA256 != built.Ext4SHA256 {
+		t.Errorf("object = %+v, %v; want the image's size and sha256", info, err)
+	}
+	// The presigned URL downloads the same bytes over plain HTTP, as an
+	// attachment named after the artifact.
+	resp, err := http.Get(got.ArtifactURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want, _ := os.ReadFile(built.Ext4Path)
+	if resp.StatusCode != 200 || !bytes.Equal(body, want) {
+		t.Errorf("presigned GET = %d, %d bytes; want 200 and the image", resp.StatusCode, len(body))
+	}
+	if cd := resp.Header.Get("Content-Disposition"); !strings.Contains(cd, `filename="rfs-aaaaaaaaaaaaaaaaaaaaaaaa.ext4"`) {
+		t.Errorf("Content-Disposition = %q", cd)
+	}
+	if n := testutil.ToFloat64(p.metrics.uploadBytes); n != float64(built.Ext4SizeBytes) {
+		t.Errorf("upload bytes = %v", n)
+	}
+
+	// Reuse: the object is found intact, nothing is uploaded again.
+	again, err := p.ensure(ctx, built, nil)
+	if err != nil || again.ObjectKey != got.ObjectKey || testutil.ToFloat64(p.metrics.verifiedReuses) != 1 ||
+		testutil.ToFloat64(p.metrics.uploadBytes) != float64(built.Ext4SizeBytes) {
+		t.Errorf("reuse = %+v, %v; verified reuses %v", again, err, testutil.ToFloat64(p.metrics.verifiedReuses))
+	}
+	// Deleted behind TC's back: uploaded again from the local copy.
+	if err := store.Delete(ctx, got.ObjectKey); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := p.ensure(ctx, built, nil); err != nil || again.ObjectKey == "" ||
+		testutil.ToFloat64(p.metrics.uploadBytes) != 2*float64(built.Ext4SizeBytes) {
+		t.Errorf("after the object vanished = %+v, %v; want it uploaded again", again, err)
+	}
+	// Delete removes the object; deleting again is fine.
+	for range 2 {
+		if err := p.remove(ctx, built.ArtifactID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.Stat(ctx, got.ObjectKey); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Errorf("Stat after remove = %v, want ErrNotFound", err)
+	}
+}
+
+func TestPublishWithoutLocalCopy(t *testing.T) {
+	ctx := context.Background()
+	store, _ := s3Store(t, nil)
+	p := newPublisher(store, false)
+	built := localArtifact(t, "rfs-bbbbbbbbbbbbbbbbbbbbbbbb", 1<<20)
+	got, err := p.ensure(ctx, built, nil)
+	if err != nil || got.ObjectKey == "" {
+		t.Fatalf("ensure = %+v, %v", got, err)
+	}
+	if _, err := os.Stat(built.Ext4Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("local copy kept after a verified upload with keep_local off: %v", err)
+	}
+	// Reuse relies on the object alone.
+	if again, err := p.ensure(ctx, built, nil); err != nil || again.ObjectKey != got.ObjectKey {
+		t.Errorf("reuse from the object alone = %+v, %v", again, err)
+	}
+	// With neither object nor local copy, the artifact must be rebuilt.
+	store.Delete(ctx, got.ObjectKey)
+	if _, err := p.ensure(ctx, built, nil); !errors.Is(err, errObjectMissing) {
+		t.Errorf("ensure with nothing left = %v, want errObjectMissing", err)
+	}
+}
+
+func TestPublishS3DownFallsBack(t *testing.T) {
+	ctx := context.Background()
+	store, _ := s3Store(t, func(o *blobstore.S3Options) { o.Endpoint = "http://127.0.0.1:1" })
+	p := newPublisher(store, true)
+	built := localArtifact(t, "rfs-cccccccccccccccccccccccc", 1<<20)
+	got, err := p.ensure(ctx, built, nil)
+	if err != nil || got.StorageBackend != "" || got.ObjectKey != "" || got.ArtifactURL != "" {
+		t.Fatalf("ensure with S3 down = %+v, %v; want the local artifact without blob fields", got, err)
+	}
+	if testutil.ToFloat64(p.metrics.fallbacks) != 1 {
+		t.Errorf("fallbacks = %v, want 1", testutil.ToFloat64(p.metrics.fallbacks))
+	}
+	if got.Ext4Path != built.Ext4Path || got.Ext4SHA256 != built.Ext4SHA256 {
+		t.Errorf("fallback lost the local fields: %+v", got)
+	}
+}
+
+func TestPublishWrongCredentialsFallsBack(t *testing.T) {
+	store, srv := s3Store(t, func(o *blobstore.S3Options) { o.SecretAccessKey = "wrong-secret-for-the-test" })
+	p := newPublisher(store, true)
+	built := localArtifact(t, "rfs-dddddddddddddddddddddddd", 1<<20)
+	got, err := p.ensure(context.Background(), built, nil)
+	if err != nil || got.ObjectKey != "" {
+		t.Fatalf("ensure with wrong credentials = %+v, %v; want the fallback", got, err)
+	}
+	if testutil.ToFloat64(p.metrics.fallbacks) != 1 {
+		t.Errorf("fallbacks = %v, want 1", testutil.ToFloat64(p.metrics.fallbacks))
+	}
+	if _, err := srv.Client().StatObject(context.Background(), srv.Bucket, "tc-test/"+built.ArtifactID+".ext4", minio.StatObjectOptions{}); err == nil {
+		t.Error("an object was stored with wrong credentials")
+	}
+}
+
+func TestPublishToFS(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store, err := blobstore.NewFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(store, true)
+	built := localArtifact(t, "rfs-eeeeeeeeeeeeeeeeeeeeeeee", 1<<20)
+	got, err := p.ensure(ctx, built, nil)
+	if err != nil || got.StorageBackend != "fs" || got.ObjectKey != "tc-test/rfs-eeeeeeeeeeeeeeeeeeeeeeee.ext4" || got.ArtifactURL != "" {
+		t.Fatalf("ensure on fs = %+v, %v", got, err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, got.ObjectKey))
+	want, _ := os.ReadFile(built.Ext4Path)
+	if err != nil || !bytes.Equal(data, want) {
+		t.Errorf("fs object = %d bytes, %v; want the image", len(data), err)
+	}
+	// A failing fs store fails the job instead of falling back: its root
+	// is now a file.
+	os.RemoveAll(root)
+	os.WriteFile(root, []byte("not a directory"), 0o644)
+	other := localArtifact(t, "rfs-ffffffffffffffffffffffff", 1<<20)
+	if _, err := p.ensure(ctx, other, nil); err == nil {
+		t.Error("ensure on a vanished fs root succeeded; want an error (fs never falls back)")
+	}
+}
