@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/report"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
@@ -28,6 +29,7 @@ type Agent struct {
 	env              config.Env
 	spool            *spool.Spool
 	store            rootfs.Store
+	objects          *objectPublisher
 	logger           *slog.Logger
 	level            *slog.LevelVar
 	metrics          *metrics
@@ -62,6 +64,9 @@ type Options struct {
 	Notify Notifier
 	// Watchdog is systemd's WatchdogSec; zero disables the pings.
 	Watchdog time.Duration
+	// Objects is the blob store keeping the durable copy of each artifact
+	// (OpenObjectStore); nil keeps artifacts on the local store only.
+	Objects blobstore.Store
 }
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
@@ -97,7 +102,14 @@ func New(o Options) *Agent {
 		a.metrics.register(newLayerCacheCollector(c))
 	}
 	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback)
+	if o.Objects != nil {
+		as := o.Config.ArtifactStore
+		a.objects = &objectPublisher{store: o.Objects, prefix: as.S3.Prefix, presignTTL: as.PresignTTL,
+			keepLocal: as.KeepLocal, logger: o.Logger.With("component", "blobstore"), metrics: newObjectMetrics()}
+		a.metrics.register(a.objects.metrics.collectors()...)
+	}
 	a.exec = newExecutor(executorDeps{
+		objects:   a.objects,
 		jobs:      o.Spool,
 		artifacts: o.Spool,
 		builder:   o.Builder,

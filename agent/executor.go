@@ -75,6 +75,8 @@ type executorDeps struct {
 	settings func() config.Build
 	logger   *slog.Logger
 	metrics  execMetrics
+	// objects keeps the durable copy in the blob store; nil for none.
+	objects *objectPublisher
 }
 
 // errStopping marks work abandoned because the agent is stopping.
@@ -278,8 +280,19 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 
 	for {
 		if built, ok := r.e.reusable(ctx, fp, r.log); ok {
+			built, err := r.publishObject(ctx, built)
+			switch {
+			case errors.Is(err, errObjectMissing):
+				r.log.Warn("artifact gone from the blob store and the local store, rebuilding")
+				if err := e.artifacts.DeleteArtifact(ctx, api.ArtifactID(fp)); err != nil {
+					r.log.Warn("forget vanished artifact", "err", err)
+				}
+				continue
+			case err != nil:
+				return nil, api.PhaseBuildingExt4, err
+			}
 			e.metrics.dedup.WithLabelValues("reuse").Inc()
-			r.log.Info("reusing published artifact", "path", built.Ext4Path)
+			r.log.Info("reusing published artifact", "path", built.Ext4Path, "object_key", built.ObjectKey)
 			return built, api.PhaseReady, nil
 		}
 		fl, leader := r.e.join(fp, artifactID)
@@ -343,7 +356,43 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 		return nil, fmt.Errorf("record artifact: %w", err)
 	}
 	r.log.Info("artifact published", "path", art.Path, "size", art.Size, "sha256", art.SHA256, "took", time.Since(began).Round(time.Millisecond))
-	return built, nil
+	return r.publishObject(ctx, built)
+}
+
+// Progress of the upload to the blob store, after the image build's 95.
+const (
+	progressUploadStart = 96
+	progressUploadEnd   = 99
+)
+
+// publishObject puts the artifact in the blob store, when there is one,
+// and records its blob fields with it. The job's phase stays BUILDING_EXT4
+// meanwhile, with progress towards 99 and heartbeats as usual; a job
+// interrupted here finds its artifact published when it resumes and only
+// uploads.
+func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Built, error) {
+	e := r.e
+	if e.objects == nil {
+		return built, nil
+	}
+	if r.phaseNow() != api.PhaseBuildingExt4 {
+		r.setPhase(ctx, api.PhaseBuildingExt4, progressUploadStart)
+	}
+	out, err := e.objects.ensure(ctx, built, func(share float64) {
+		r.onProgress(rootfs.Progress{Percent: progressUploadStart + int(share*(progressUploadEnd-progressUploadStart))})
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errStopping
+		}
+		return nil, err
+	}
+	if out.ObjectKey != built.ObjectKey || out.StorageBackend != built.StorageBackend {
+		if err := e.recordBlobFields(context.WithoutCancel(ctx), out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // join returns the flight for fp, creating it (leader=true) when none is in
@@ -401,6 +450,12 @@ func (e *executor) reusable(ctx context.Context, fp string, log *slog.Logger) (*
 	}
 	fi, err := os.Stat(rec.Path)
 	if err == nil && fi.Mode().IsRegular() && fi.Size() == rec.Size && fi.ModTime().Equal(rec.ModTime) {
+		return &built, true
+	}
+	if errors.Is(err, os.ErrNotExist) && e.objects != nil && built.ObjectKey != "" {
+		// The local copy was dropped after a verified upload
+		// (artifact_store.keep_local off): the object alone stands for
+		// the artifact, checked by publishObject.
 		return &built, true
 	}
 	if err == nil && fi.Mode().IsRegular() && fi.Size() == rec.Size {
@@ -581,4 +636,20 @@ func (r *jobRun) interrupted() {
 	}
 	e.metrics.interrupted.Inc()
 	r.log.Info("build interrupted by shutdown, job requeued", "phase", r.phaseNow())
+}
+
+// recordBlobFields stores built, with its blob fields, as the artifact's
+// record, so a reuse after a restart reports them too.
+func (e *executor) recordBlobFields(ctx context.Context, built *api.Built) error {
+	rec, err := e.artifacts.ArtifactByFingerprint(ctx, built.Fingerprint)
+	if err != nil {
+		return fmt.Errorf("record blob fields of %s: %w", built.ArtifactID, err)
+	}
+	if rec.Result, err = json.Marshal(built); err != nil {
+		return fmt.Errorf("encode artifact record: %w", err)
+	}
+	if err := e.artifacts.PutArtifact(ctx, rec); err != nil {
+		return fmt.Errorf("record blob fields of %s: %w", built.ArtifactID, err)
+	}
+	return nil
 }

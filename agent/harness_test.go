@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -126,6 +127,8 @@ type harness struct {
 	watchdog time.Duration
 	// purgeEvery replaces the agent's purge interval when set.
 	purgeEvery time.Duration
+	// objects is the blob store the agent keeps artifacts in, when set.
+	objects blobstore.Store
 
 	notesMu sync.Mutex
 	notes   []string
@@ -211,7 +214,7 @@ func (h *harness) start() {
 	h.url = "http://" + ln.Addr().String()
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
-	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger,
+	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
 		Env:      func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
 		Watchdog: h.watchdog,
 		Notify: func(s string) {

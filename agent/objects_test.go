@@ -20,6 +20,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
 )
 
@@ -215,5 +216,82 @@ func TestPublishToFS(t *testing.T) {
 	other := localArtifact(t, "rfs-ffffffffffffffffffffffff", 1<<20)
 	if _, err := p.ensure(ctx, other, nil); err == nil {
 		t.Error("ensure on a vanished fs root succeeded; want an error (fs never falls back)")
+	}
+}
+
+// TestBuildKeepsArtifactInS3 runs builds through the agent with an S3
+// blob store: BUILT carries the blob fields of a verified object, a
+// reuse of a local artifact uploads only, and delete removes object and
+// directory.
+func TestBuildKeepsArtifactInS3(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, func(c *config.Config) { c.ArtifactStore.S3.Prefix = "builds" })
+	// First without a blob store: the artifact is published locally only.
+	h.start()
+	h.submit("local", "img")
+	if cb := h.terminal("local"); cb.Field("storage_backend") != "" || cb.Field("object_key") != "" {
+		t.Fatalf("BUILT without a blob store has blob fields: %v", cb.Body)
+	}
+	h.stop()
+
+	store, srv := s3Store(t, nil)
+	h.objects = store
+	h.start()
+	h.submit("uploaded", "img")
+	cb := h.terminal("uploaded")
+	id := cb.Field("artifact_id")
+	key := "builds/" + id + ".ext4"
+	if cb.Field("status") != "BUILT" || cb.Field("storage_backend") != "s3" || cb.Field("object_key") != key || cb.Field("artifact_url") == "" {
+		t.Fatalf("BUILT = %v, want the S3 blob fields for %s", cb.Body, key)
+	}
+	if n := h.builder.buildCount(); n != 1 {
+		t.Errorf("builds = %d: the published artifact should have been uploaded, not rebuilt", n)
+	}
+	local, _ := os.ReadFile(cb.Field("ext4_path"))
+	obj, err := srv.Client().GetObject(ctx, srv.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, _ := io.ReadAll(obj)
+	if len(local) == 0 || !bytes.Equal(local, remote) {
+		t.Errorf("object holds %d bytes, the local image %d: want the same bytes", len(remote), len(local))
+	}
+
+	// A second job of the same spec reuses the verified object.
+	h.submit("reused", "img")
+	if cb := h.terminal("reused"); cb.Field("object_key") != key {
+		t.Errorf("reuse = %v, want the same object", cb.Body)
+	}
+
+	for i := range 2 {
+		if code, body := h.post("/tc/api/v1/artifact/delete", map[string]any{"artifact_id": id}); code != 200 {
+			t.Fatalf("delete #%d = %d %v", i+1, code, body)
+		}
+	}
+	if _, err := store.Stat(ctx, key); !errors.Is(err, blobstore.ErrNotFound) {
+		t.Errorf("object after delete: %v, want ErrNotFound", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.cfg.Store.Dir, id)); !os.IsNotExist(err) {
+		t.Errorf("artifact directory after delete: %v", err)
+	}
+}
+
+// TestDeleteWithObjectStoreDownKeepsLocal: when the object cannot be
+// deleted, delete answers 500 and removes nothing locally.
+func TestDeleteWithObjectStoreDownKeepsLocal(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	h.submit("built", "img")
+	id := h.terminal("built").Field("artifact_id")
+	h.stop()
+	down, _ := s3Store(t, func(o *blobstore.S3Options) { o.Endpoint = "http://127.0.0.1:1" })
+	h.objects = down
+	h.start()
+	code, body := h.post("/tc/api/v1/artifact/delete", map[string]any{"artifact_id": id})
+	if code != http.StatusInternalServerError || !strings.Contains(body["error"].(string), "delete artifact object") {
+		t.Errorf("delete with S3 down = %d %v, want 500 naming the object", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(h.cfg.Store.Dir, id, id+".ext4")); err != nil {
+		t.Errorf("the local artifact is gone after a failed delete: %v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
@@ -149,6 +150,11 @@ func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	var delErr error
 	ran := a.exec.withArtifactIdle(id, func() {
+		// The object first: when the blob store fails, nothing local is
+		// deleted, so CubeMaster's retry finds the same state.
+		if delErr = a.objects.remove(r.Context(), id); delErr != nil {
+			return
+		}
 		delErr = a.store.RemoveArtifact(id)
 		if delErr == nil {
 			delErr = a.spool.DeleteArtifact(r.Context(), id)
@@ -239,7 +245,7 @@ func (a *Agent) handleJobs(w http.ResponseWriter, r *http.Request) {
 // the agent is not stopping.
 func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 	checks := map[string]bool{}
-	problems := map[string]string{}
+	problems, degraded := map[string]string{}, map[string]string{}
 	check := func(name string, err error) {
 		checks[name] = err == nil
 		if err != nil {
@@ -263,6 +269,22 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 			check(v.name+"_space", nil)
 		}
 	}
+	if a.objects != nil {
+		// The S3 backend falls back to local artifacts when the bucket
+		// fails, so only an fs store makes the agent not ready; either
+		// way the check shows what is wrong.
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		err := a.objects.store.Check(ctx)
+		cancel()
+		checks["blobstore"] = err == nil
+		if err != nil {
+			if a.objects.store.Backend() == blobstore.BackendFS {
+				problems["blobstore"] = err.Error()
+			} else {
+				degraded["blobstore"] = err.Error()
+			}
+		}
+	}
 	if a.stopping.Load() {
 		check("accepting", errors.New("shutting down"))
 	}
@@ -273,6 +295,9 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{"status": status, "checks": checks, "space": space}
 	if len(problems) > 0 {
 		body["errors"] = problems
+	}
+	if len(degraded) > 0 {
+		body["warnings"] = degraded
 	}
 	writeJSON(w, code, body)
 }

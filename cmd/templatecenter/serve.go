@@ -74,7 +74,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		logger.Warn("read systemd watchdog settings", "err", err)
 	}
-	a := agent.New(agent.Options{Config: cfg, Env: os.LookupEnv, Spool: sp, Builder: builder,
+	objects, err := agent.OpenObjectStore(cfg)
+	if err != nil {
+		return fmt.Errorf("open artifact store: %w", err)
+	}
+	if objects != nil {
+		logger.Info("artifacts kept in the blob store", "backend", objects.Backend(), "keep_local", cfg.ArtifactStore.KeepLocal)
+	}
+	a := agent.New(agent.Options{Config: cfg, Env: os.LookupEnv, Spool: sp, Builder: builder, Objects: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog})
 
 	runCtx, stop := context.WithCancel(ctx)
