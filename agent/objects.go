@@ -124,6 +124,7 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 // upload sends the local image to key and checks what the store holds.
 func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Built, progress func(float64)) error {
 	began := time.Now()
+	p.logger.Info("uploading artifact", "artifact_id", built.ArtifactID, "object_key", key, "size", built.Ext4SizeBytes)
 	// What an interrupted upload of this key left (an agent killed mid
 	// multipart upload) goes first, so the bucket keeps no incomplete one.
 	if err := p.store.AbortIncomplete(ctx, key); err != nil {

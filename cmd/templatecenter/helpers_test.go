@@ -27,6 +27,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
 )
 
 const (
@@ -70,8 +71,12 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build templatecenter:", err)
 		return 1
 	}
+	defer s3srv.Close()
 	return m.Run()
 }
+
+// s3srv is the package's one S3 server, started on first use.
+var s3srv s3server.Shared
 
 // logBuffer collects a child's output and lets tests wait for a line.
 type logBuffer struct {

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
+	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
+)
+
+// s3Env is the environment that points the agent at srv through endpoint
+// (srv's own, or a proxy in front of it), with upstream's variable names.
+func s3Env(srv *s3server.Server, endpoint, prefix string) map[string]string {
+	return map[string]string{
+		"CUBE_S3_ENDPOINT": "http://" + endpoint, "CUBE_S3_BUCKET": srv.Bucket,
+		"CUBE_S3_ACCESS_KEY_ID": srv.AccessKey, "CUBE_S3_SECRET_ACCESS_KEY": srv.SecretKey,
+		"CUBE_S3_REGION": "us-east-1", "CUBE_S3_USE_PATH_STYLE": "true", "CUBE_S3_ARTIFACT_PREFIX": prefix,
+	}
+}
+
+// incompleteUploads lists key's unfinished multipart uploads.
+func incompleteUploads(t *testing.T, srv *s3server.Server, key string) int {
+	t.Helper()
+	res, err := (&minio.Core{Client: srv.Client()}).ListMultipartUploads(context.Background(), srv.Bucket, key, "", "", "", 1000)
+	if err != nil {
+		t.Fatalf("list multipart uploads: %v", err)
+	}
+	n := 0
+	for _, u := range res.Uploads {
+		if u.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// submitPlain submits a build of image without the egress CA.
+func submitPlain(t *testing.T, base, jobID, image string) {
+	t.Helper()
+	body, err := json.Marshal(cubemaster.BuildRequest(jobID, image, map[string]any{"with_cube_ca": false}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, resp := call(t, "POST", base+"/tc/api/v1/build", testToken, body); code != 200 {
+		t.Fatalf("submit %s = %d %v", jobID, code, resp)
+	}
+}
+
+// randomImage is an image with one file of n random bytes, so its ext4
+// image is about n bytes that no compression shrinks.
+func randomImage(t *testing.T, n int) []byte {
+	t.Helper()
+	data := make([]byte, n)
+	rand.Read(data)
+	return images.TarOf(t, map[string]string{"data/blob": string(data)})
+}
+
+// TestS3BackedBuildSurvivesKillMidUpload builds an image with the agent
+// S3-backed through a proxy that stalls the upload halfway, kills the agent
+// with SIGKILL there, and restarts it on the real endpoint: the job resumes
+// with the upload only, ends with exactly one BUILT whose object matches
+// the local image and downloads through artifact_url, and the bucket keeps
+// no incomplete upload. Delete then removes object and directory.
+func TestS3BackedBuildSurvivesKillMidUpload(t *testing.T) {
+	t.Parallel()
+	srv := s3srv.Get(t)
+	cm := startCubeMaster(t, testToken)
+	reg := images.StartRegistry(t, nil)
+	ref := reg.Push(t, "s3/random:v1", images.New(t, images.Config{}, images.Layer{Tar: randomImage(t, 24<<20)}))
+	proxy := startStallingProxy(t, srv.Endpoint, 12<<20)
+
+	h := newHarness(t, cm.URL(), testToken)
+	h.set("registry.insecure", []string{reg.Host})
+	h.set("artifact_store.part_size", "5MiB")
+	for k, v := range s3Env(srv, proxy.addr, "blackbox") {
+		h.env[k] = v
+	}
+	first := h.startAgent("agent (killed mid-upload)")
+	submitPlain(t, h.baseURL(), "s3-kill", ref)
+	line := first.waitLine(t, "uploading artifact")
+	proxy.waitStalled(t)
+	first.kill(t)
+	proxy.release()
+	_, rest, _ := strings.Cut(line, "object_key=")
+	stalledKey, _, _ := strings.Cut(rest, " ")
+	if n := incompleteUploads(t, srv, stalledKey); n == 0 {
+		t.Fatalf("no multipart upload of %q was under way when the agent was killed", stalledKey)
+	}
+	if n := len(acceptedTerminals(cm, "s3-kill")); n != 0 {
+		t.Fatalf("a terminal report was sent before the upload finished (%d)", n)
+	}
+
+	h.env["CUBE_S3_ENDPOINT"] = "http://" + srv.Endpoint
+	second := h.startAgent("agent (restarted)")
+	cb := waitTerminal(t, cm, "s3-kill")
+	waitOutboxEmpty(t, h.baseURL())
+	checkOneTerminal(t, cm, "s3-kill")
+	key := cb.Field("object_key")
+	if key != stalledKey {
+		t.Errorf("BUILT names object %q, the killed upload was of %q", key, stalledKey)
+	}
+	if cb.Field("status") != "BUILT" || cb.Field("storage_backend") != "s3" || !strings.HasPrefix(key, "blackbox/rfs-") {
+		t.Fatalf("terminal report = %v, want BUILT in S3", cb.Body)
+	}
+	if !strings.Contains(second.out.String(), "reusing published artifact") {
+		t.Errorf("the restarted agent did not resume on the published artifact:\n%s", second.out.String())
+	}
+	if n := incompleteUploads(t, srv, key); n != 0 {
+		t.Errorf("%d incomplete multipart uploads of %s are left in the bucket", n, key)
+	}
+	local, err := os.ReadFile(cb.Field("ext4_path"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(cb.Field("artifact_url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(local, remote) {
+		t.Errorf("artifact_url = %d, %d bytes; want 200 and the %d bytes of the local image", resp.StatusCode, len(remote), len(local))
+	}
+
+	id := cb.Field("artifact_id")
+	if code, body := call(t, "POST", h.baseURL()+"/tc/api/v1/artifact/delete", testToken, []byte(`{"artifact_id":"`+id+`"}`)); code != 200 {
+		t.Fatalf("delete = %d %v", code, body)
+	}
+	if _, err := srv.Client().StatObject(context.Background(), srv.Bucket, key, minio.StatObjectOptions{}); err == nil {
+		t.Error("the object survived artifact/delete")
+	}
+	second.stop(t)
+}
+
+// TestFSBackedBuild builds with the fs backend: the object lands under the
+// root, BUILT names it without a URL.
+func TestFSBackedBuild(t *testing.T) {
+	t.Parallel()
+	cm := startCubeMaster(t, testToken)
+	reg := images.StartRegistry(t, nil)
+	ref := reg.Push(t, "fs/small:v1", images.New(t, images.Config{}, images.Layer{Tar: images.TarOf(t, map[string]string{"etc/hostname": "fs"})}))
+	h := newHarness(t, cm.URL(), testToken)
+	h.set("registry.insecure", []string{reg.Host})
+	root := t.TempDir()
+	h.env["CUBE_ARTIFACT_STORE_BACKEND"] = "fs"
+	h.env["CUBE_ARTIFACT_STORE_FS_ROOT"] = root
+	agent := h.startAgent("agent (fs blob store)")
+	submitPlain(t, h.baseURL(), "fs-build", ref)
+	cb := waitTerminal(t, cm, "fs-build")
+	if cb.Field("status") != "BUILT" || cb.Field("storage_backend") != "fs" || cb.Field("artifact_url") != "" {
+		t.Fatalf("terminal report = %v, want BUILT on fs without a URL", cb.Body)
+	}
+	obj, err := os.ReadFile(root + "/" + cb.Field("object_key"))
+	local, _ := os.ReadFile(cb.Field("ext4_path"))
+	if err != nil || !bytes.Equal(obj, local) {
+		t.Errorf("fs object: %d bytes, %v; want the image", len(obj), err)
+	}
+	agent.stop(t)
+}
+
+// TestS3WrongCredentialsHealth: with a wrong secret the agent still serves
+// and builds (local artifacts), /health names the blob store's problem, and
+// the secret shows nowhere.
+func TestS3WrongCredentialsHealth(t *testing.T) {
+	t.Parallel()
+	srv := s3srv.Get(t)
+	cm := startCubeMaster(t, testToken)
+	h := newHarness(t, cm.URL(), testToken)
+	const wrong = "wrong-secret-never-shown-0123456789"
+	for k, v := range s3Env(srv, srv.Endpoint, "") {
+		h.env[k] = v
+	}
+	h.env["CUBE_S3_SECRET_ACCESS_KEY"] = wrong
+	agent := h.startAgent("agent (wrong S3 secret)")
+	code, body := call(t, "GET", h.baseURL()+"/health", "", nil)
+	checks, _ := body["checks"].(map[string]any)
+	warnings, _ := body["warnings"].(map[string]any)
+	if code != 200 || checks["blobstore"] != false || !strings.Contains(warnings["blobstore"].(string), "access denied") {
+		t.Errorf("/health = %d %v, want 200 with the blob store check failing on access", code, body)
+	}
+	if out := agent.out.String(); strings.Contains(out, wrong) {
+		t.Errorf("the agent's log shows the secret")
+	}
+	raw, _ := json.Marshal(body)
+	if strings.Contains(string(raw), wrong) {
+		t.Errorf("/health shows the secret")
+	}
+	agent.stop(t)
+}
+
+// stallingProxy forwards TCP to an upstream, and once more than after
+// bytes went upstream it stops forwarding until released.
+type stallingProxy struct {
+	addr    string
+	mu      sync.Mutex
+	sent    int64
+	after   int64
+	stalled chan struct{}
+	once    sync.Once
+	go_     chan struct{}
+}
+
+func startStallingProxy(t *testing.T, upstream string, after int64) *stallingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallingProxy{addr: ln.Addr().String(), after: after, stalled: make(chan struct{}), go_: make(chan struct{})}
+	t.Cleanup(func() { ln.Close(); p.release() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c, upstream)
+		}
+	}()
+	return p
+}
+
+func (p *stallingProxy) serve(c net.Conn, upstream string) {
+	defer c.Close()
+	u, err := net.Dial("tcp", upstream)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	go io.Copy(c, u)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			p.sent += int64(n)
+			over := p.sent > p.after
+			p.mu.Unlock()
+			if over {
+				p.once.Do(func() { close(p.stalled) })
+				<-p.go_
+			}
+			if _, werr := u.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *stallingProxy) waitStalled(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	select {
+	case <-p.stalled:
+	case <-ctx.Done():
+		t.Fatal("the upload never reached the proxy's stall point")
+	}
+}
+
+func (p *stallingProxy) release() {
+	select {
+	case <-p.go_:
+	default:
+		close(p.go_)
+	}
+}
