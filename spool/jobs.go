@@ -195,13 +195,18 @@ func (s *Spool) RequeueRunning(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// SetProgress records a running job's phase and progress and, when report is
-// not nil, adds it to the outbox in the same transaction.
+// SetProgress records a job's phase and progress and, when report is not
+// nil, adds it to the outbox in the same transaction. A finished job is left
+// as it is, with ErrFinished.
 func (s *Spool) SetProgress(ctx context.Context, id, phase string, progress int, report *Report) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, "UPDATE jobs SET phase = ?, progress = ?, updated_at = ? WHERE job_id = ?",
-			phase, progress, s.nowMS(), id); err != nil {
+		res, err := tx.ExecContext(ctx, "UPDATE jobs SET phase = ?, progress = ?, updated_at = ? WHERE job_id = ? AND state IN (?, ?)",
+			phase, progress, s.nowMS(), id, StateQueued, StateRunning)
+		if err != nil {
 			return fmt.Errorf("update job %s progress: %w", id, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("update job %s progress: %w", id, inactive(ctx, tx, id))
 		}
 		if report == nil {
 			return nil
@@ -221,9 +226,11 @@ func (s *Spool) SetFingerprint(ctx context.Context, id, fingerprint, artifactID 
 	return nil
 }
 
-// Finish ends a job in a terminal state and commits its terminal report in
-// the same transaction, so the job can never end without one. The request
-// (with its credentials) is cleared; the report body is kept as the result.
+// Finish ends a queued or running job in a terminal state and commits its
+// terminal report in the same transaction, so the job can never end without
+// one, nor with two: a job already finished is left as it is, with
+// ErrFinished. The request (with its credentials) is cleared; the report
+// body is kept as the result.
 func (s *Spool) Finish(ctx context.Context, id string, state State, phase, errMsg string, report Report) error {
 	if !state.Terminal() {
 		return fmt.Errorf("finish job %s: state %q is not terminal", id, state)
@@ -232,13 +239,13 @@ func (s *Spool) Finish(ctx context.Context, id string, state State, phase, errMs
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		now := s.nowMS()
 		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, phase = ?, progress = 100, error = ?, result = ?,
-			request = NULL, finished_at = ?, updated_at = ? WHERE job_id = ?`,
-			state, phase, errMsg, report.Body, now, now, id)
+			request = NULL, finished_at = ?, updated_at = ? WHERE job_id = ? AND state IN (?, ?)`,
+			state, phase, errMsg, report.Body, now, now, id, StateQueued, StateRunning)
 		if err != nil {
 			return fmt.Errorf("finish job %s: %w", id, err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("finish job %s: %w", id, ErrNotFound)
+			return fmt.Errorf("finish job %s: %w", id, inactive(ctx, tx, id))
 		}
 		return s.addReport(ctx, tx, id, report)
 	})
@@ -251,6 +258,23 @@ func (s *Spool) Finish(ctx context.Context, id string, state State, phase, errMs
 	// the next Finish tries again. The job is finished either way.
 	_, _ = s.ScrubWAL(ctx)
 	return nil
+}
+
+// inactive explains why a job took no change: ErrFinished when it exists
+// (it can only be terminal), ErrNotFound when it does not.
+func inactive(ctx context.Context, tx *sql.Tx, id string) error {
+	var state State
+	err := tx.QueryRowContext(ctx, "SELECT state FROM jobs WHERE job_id = ?", id).Scan(&state)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return ErrNotFound
+	case err != nil:
+		return fmt.Errorf("read job state: %w", err)
+	case state.Terminal():
+		return fmt.Errorf("%w (%s)", ErrFinished, state)
+	default:
+		return fmt.Errorf("job is %s", state)
+	}
 }
 
 // ScrubWAL checkpoints the write-ahead log into the database and truncates

@@ -3,6 +3,7 @@ package spool
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -42,9 +43,22 @@ func scanReport(row interface{ Scan(...any) error }) (Report, error) {
 	return r, nil
 }
 
-// AddReport puts a report for job id in the outbox.
+// AddReport puts a report for job id in the outbox. A finished job takes no
+// more reports: ErrFinished.
 func (s *Spool) AddReport(ctx context.Context, id string, r Report) error {
-	return s.tx(ctx, func(tx *sql.Tx) error { return s.addReport(ctx, tx, id, r) })
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		var state State
+		err := tx.QueryRowContext(ctx, "SELECT state FROM jobs WHERE job_id = ?", id).Scan(&state)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("add report for job %s: %w", id, ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("add report for job %s: read job state: %w", id, err)
+		case state.Terminal():
+			return fmt.Errorf("add report for job %s: %w (%s)", id, ErrFinished, state)
+		}
+		return s.addReport(ctx, tx, id, r)
+	})
 }
 
 func (s *Spool) addReport(ctx context.Context, tx *sql.Tx, id string, r Report) error {

@@ -24,6 +24,9 @@ var (
 	ErrJobExists = errors.New("job already exists")
 	// ErrQueueFull means the bounded queue of waiting jobs has no room.
 	ErrQueueFull = errors.New("queue is full")
+	// ErrFinished means the job already reached a terminal state, so it
+	// takes no further state change or report.
+	ErrFinished = errors.New("job already finished")
 	// ErrCorrupt means the database file failed its integrity check.
 	ErrCorrupt = errors.New("spool is corrupt")
 )

@@ -249,6 +249,59 @@ func TestFinishCommitsTerminalReportAndScrubsRequest(t *testing.T) {
 	}
 }
 
+// TestFinishedJobTakesNoMoreChange: a job ends once. A second Finish (a
+// cancel racing the build's own end), a late progress update or report is
+// refused with ErrFinished and leaves the job and its outbox as they were.
+func TestFinishedJobTakesNoMoreChange(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	mustEnqueue(t, s, "first")
+	mustEnqueue(t, s, "second")
+	s.ClaimNext(ctx)
+	s.ClaimNext(ctx)
+	for _, id := range []string{"first", "second"} {
+		if err := s.Finish(ctx, id, StateFailed, "PULLING", "cancelled", Report{Kind: KindTerminal, Body: []byte(`{"status":"FAILED"}`)}); err != nil {
+			t.Fatalf("Finish %s: %v", id, err)
+		}
+	}
+	mustEnqueue(t, s, "waiting")
+	if err := s.Finish(ctx, "waiting", StateFailed, "PULLING", "cancelled", Report{Kind: KindTerminal, Body: []byte(`{"status":"FAILED"}`)}); err != nil {
+		t.Fatalf("Finish of a queued job: %v", err)
+	}
+	if _, ok, _ := s.ClaimNext(ctx); ok {
+		t.Error("ClaimNext claimed a finished job")
+	}
+	for _, id := range []string{"first", "second", "waiting"} {
+		err := s.Finish(ctx, id, StateBuilt, "READY", "", Report{Kind: KindTerminal, Body: []byte(`{"status":"BUILT"}`)})
+		if !errors.Is(err, ErrFinished) {
+			t.Errorf("second Finish of %s = %v, want ErrFinished", id, err)
+		}
+		if err := s.SetProgress(ctx, id, "BUILDING_EXT4", 40, &Report{Kind: KindStatus, Body: []byte(`{"status":"RUNNING"}`)}); !errors.Is(err, ErrFinished) {
+			t.Errorf("SetProgress of finished %s = %v, want ErrFinished", id, err)
+		}
+		if err := s.AddReport(ctx, id, Report{Kind: KindPull, Body: []byte(`{}`)}); !errors.Is(err, ErrFinished) {
+			t.Errorf("AddReport of finished %s = %v, want ErrFinished", id, err)
+		}
+		j, err := s.Job(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State != StateFailed || j.Phase != "PULLING" || j.Error != "cancelled" || string(j.Result) != `{"status":"FAILED"}` {
+			t.Errorf("job %s after refused changes = %+v, want it FAILED as first finished", id, j)
+		}
+		reps, _ := s.Reports(ctx, id)
+		if len(reps) != 1 || !reps[0].Terminal || string(reps[0].Body) != `{"status":"FAILED"}` {
+			t.Errorf("outbox of %s = %+v, want only the first terminal report", id, reps)
+		}
+	}
+	if err := s.SetProgress(ctx, "missing", "PULLING", 5, nil); !errors.Is(err, ErrNotFound) {
+		t.Errorf("SetProgress of unknown job = %v, want ErrNotFound", err)
+	}
+	if err := s.AddReport(ctx, "missing", Report{Kind: KindPull, Body: []byte(`{}`)}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("AddReport of unknown job = %v, want ErrNotFound", err)
+	}
+}
+
 func TestReportsCoalesceAndStayOrderedPerJob(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
