@@ -742,12 +742,12 @@ func TestReloadAppliesValidAndRefusesInvalid(t *testing.T) {
 		"\nspool:\n  path: " + h.cfg.Spool.Path + "\nmaster:\n  addr: " + h.master.URL() + "\n"
 	h.env["CUBE_TEMPLATE_CALLBACK_TOKEN"] = testToken
 	h.start()
-	os.WriteFile(path, []byte(base+"log:\n  level: debug\nbuild:\n  max_concurrent_builds: 5\n  queue_size: 7\n  heartbeat_interval: 3s\n"), 0o644)
+	os.WriteFile(path, []byte(base+"log:\n  level: debug\nbuild:\n  max_concurrent_builds: 5\n  queue_size: 7\n  heartbeat_interval: 3s\n  timeout: 90m\n"), 0o644)
 	if err := h.agent.Reload(); err != nil {
 		t.Fatalf("valid reload: %v", err)
 	}
 	c := h.agent.config()
-	if c.Build.MaxConcurrentBuilds != 5 || c.Build.QueueSize != 7 || c.Build.HeartbeatInterval != 3*time.Second || h.agent.level.Level().String() != "DEBUG" {
+	if c.Build.MaxConcurrentBuilds != 5 || c.Build.QueueSize != 7 || c.Build.HeartbeatInterval != 3*time.Second || c.Build.Timeout != 90*time.Minute || h.agent.level.Level().String() != "DEBUG" {
 		t.Errorf("after reload: %+v level %v", c.Build, h.agent.level.Level())
 	}
 	if c.Common.HTTPPort != h.cfg.Common.HTTPPort {

@@ -66,8 +66,8 @@ func (a *Agent) probe(ctx context.Context, limit time.Duration) error {
 }
 
 // Reload re-reads the configuration and applies what can change live (log
-// level, concurrency, queue size, heartbeat, CubeMaster address, callback
-// tuning). An invalid file is refused and the running configuration stays.
+// level, concurrency, queue size, heartbeat, build timeout, CubeMaster
+// address, callback tuning). An invalid file is refused and the running configuration stays.
 func (a *Agent) Reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
@@ -93,6 +93,7 @@ func (a *Agent) Reload() error {
 		next.Build = cur.Build
 		next.Build.MaxConcurrentBuilds, next.Build.QueueSize = live.MaxConcurrentBuilds, live.QueueSize
 		next.Build.HeartbeatInterval, next.Build.MaxAttempts = live.HeartbeatInterval, live.MaxAttempts
+		next.Build.Timeout = live.Timeout
 	}
 	level, _ := config.ParseLevel(next.Log.Level)
 	a.level.Set(level)

@@ -107,6 +107,9 @@ type Build struct {
 	MaxConcurrentBuilds int           `yaml:"max_concurrent_builds"`
 	QueueSize           int           `yaml:"queue_size"`
 	HeartbeatInterval   time.Duration `yaml:"heartbeat_interval"`
+	// Timeout ends a job's build that runs longer: it fails, whatever it
+	// waits on (a slow registry, an identical build in flight).
+	Timeout time.Duration `yaml:"timeout"`
 	// MaxAttempts fails a job that was interrupted (crash, stop) this many
 	// times, so a job that kills the agent cannot loop forever.
 	MaxAttempts     int      `yaml:"max_attempts"`
@@ -156,7 +159,7 @@ func Default() *Config {
 			RetryInitial: 500 * time.Millisecond, RetryMax: 30 * time.Second, ProgressAttempts: 6},
 		Store: Store{Dir: "/data/CubeMaster/storage", WorkDir: "/var/cache/cube-templatecenter", MinFree: Reserve{Percent: 5}},
 		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour},
-		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second,
+		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second, Timeout: 2 * time.Hour,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
 			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
 			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30},
@@ -339,7 +342,8 @@ func (c *Config) Validate() error {
 		"common.upload_timeout":   c.Common.UploadTimeout,
 		"master.callback_timeout": c.Master.CallbackTimeout, "master.retry_initial": c.Master.RetryInitial,
 		"master.retry_max": c.Master.RetryMax, "spool.retention": c.Spool.Retention,
-		"build.heartbeat_interval": c.Build.HeartbeatInterval, "shutdown.timeout": c.Shutdown.Timeout,
+		"build.heartbeat_interval": c.Build.HeartbeatInterval, "build.timeout": c.Build.Timeout,
+		"shutdown.timeout": c.Shutdown.Timeout,
 	}
 	for _, key := range slices.Sorted(maps.Keys(positive)) {
 		if positive[key] <= 0 {

@@ -20,7 +20,7 @@ func TestDefaultsAreValid(t *testing.T) {
 		t.Fatalf("defaults invalid: %v", err)
 	}
 	if c.ListenAddr() != "0.0.0.0:8090" || c.Store.Dir != "/data/CubeMaster/storage" || c.Master.Addr != "http://127.0.0.1:8089" ||
-		c.Build.MaxConcurrentBuilds != 2 || c.Build.QueueSize != 64 || !strings.HasPrefix(c.Spool.Path, "/var/lib/cube-templatecenter/") {
+		c.Build.MaxConcurrentBuilds != 2 || c.Build.QueueSize != 64 || c.Build.Timeout != 2*time.Hour || !strings.HasPrefix(c.Spool.Path, "/var/lib/cube-templatecenter/") {
 		t.Errorf("unexpected defaults: %+v", c)
 	}
 }
@@ -37,6 +37,7 @@ common:
 build:
   queue_size: 10
   heartbeat_interval: 15s
+  timeout: 45m
   layer_cache_quota: 5GiB
 registry:
   mirrors:
@@ -56,7 +57,7 @@ typo_section:
 		t.Fatal(err)
 	}
 	if c.ListenAddr() != "127.0.0.1:9000" || c.Common.MaxBodyBytes != 32<<20 || c.Build.QueueSize != 10 ||
-		c.Build.HeartbeatInterval != 15*time.Second || c.Build.LayerCacheQuota != 5<<30 {
+		c.Build.HeartbeatInterval != 15*time.Second || c.Build.Timeout != 45*time.Minute || c.Build.LayerCacheQuota != 5<<30 {
 		t.Errorf("file values not applied: %+v %+v", c.Common, c.Build)
 	}
 	if c.Master.Addr != "http://master:8089/" || c.Master.Token != "tok" || c.Store.Dir != "/srv/store" ||
@@ -83,6 +84,8 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		"log:\n  level: loud\n":                            "log.level",
 		"store:\n  dir: relative/path\n":                   "store.dir",
 		"build:\n  heartbeat_interval: 0s\n":               "build.heartbeat_interval",
+		"build:\n  timeout: 0s\n":                          "build.timeout",
+		"build:\n  timeout: -1m\n":                         "build.timeout",
 		"build:\n  layer_cache_quota: lots\n":              "lots",
 		"common:\n  http_port: [1]\n":                      "decode",
 		"master:\n  retry_initial: 10s\n  retry_max: 1s\n": "master.retry_max",
@@ -112,7 +115,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 
 func TestRestartOnly(t *testing.T) {
 	a, b := Default(), Default()
-	b.Build.MaxConcurrentBuilds, b.Log.Level = 9, "debug"
+	b.Build.MaxConcurrentBuilds, b.Log.Level, b.Build.Timeout = 9, "debug", time.Minute
 	if keys := a.RestartOnly(b); len(keys) != 0 {
 		t.Errorf("live-reloadable changes flagged: %v", keys)
 	}
