@@ -117,7 +117,8 @@ func New(o Options) *Agent {
 		settings:  func() config.Build { return a.config().Build },
 		logger:    o.Logger,
 		metrics: execMetrics{running: a.metrics.running, phaseDuration: a.metrics.phaseDuration,
-			dedup: a.metrics.dedup, finished: a.metrics.finished, interrupted: a.metrics.interrupted},
+			dedup: a.metrics.dedup, finished: a.metrics.finished, interrupted: a.metrics.interrupted,
+			cancelled: a.metrics.cancelled, timedOut: a.metrics.timedOut},
 	})
 	return a
 }

@@ -30,6 +30,7 @@ type Builder interface {
 
 // jobQueue is the part of the spool that holds the executor's jobs.
 type jobQueue interface {
+	Job(ctx context.Context, id string) (spool.Job, error)
 	ClaimNext(ctx context.Context) (spool.Job, bool, error)
 	SetFingerprint(ctx context.Context, id, fingerprint, artifactID string) error
 	SetProgress(ctx context.Context, id, phase string, progress int, report *spool.Report) error
@@ -62,6 +63,8 @@ type execMetrics struct {
 	dedup         *prometheus.CounterVec
 	finished      *prometheus.CounterVec
 	interrupted   prometheus.Counter
+	cancelled     prometheus.Counter
+	timedOut      prometheus.Counter
 }
 
 // executorDeps are the executor's collaborators.
@@ -79,17 +82,36 @@ type executorDeps struct {
 	objects *objectPublisher
 }
 
-// errStopping marks work abandoned because the agent is stopping.
+// errStopping marks work abandoned because the agent is stopping, or a
+// shared build every job waiting for it left.
 var errStopping = errors.New("agent is stopping")
+
+// errCancelled is the cause of a job context ended by a cancel request; the
+// job's terminal report is committed before it is used.
+var errCancelled = errors.New("cancelled")
+
+// cancelMessage is the error_message of a cancelled job's FAILED report.
+const cancelMessage = "cancelled"
+
+// buildTimeout is the cause of a job's (or a shared build's) context whose
+// build.timeout expired, and the error its jobs fail with.
+type buildTimeout struct{ limit time.Duration }
+
+func (t buildTimeout) Error() string {
+	return fmt.Sprintf("build exceeded build.timeout (%s)", t.limit)
+}
 
 // executor runs queued jobs on a bounded set of workers, oldest first, and
 // runs one build per fingerprint however many jobs want it.
 type executor struct {
 	executorDeps
 
-	mu sync.Mutex
+	// claimMu orders claiming a job against cancelling one: a job is in
+	// running as soon as its claim is committed, so a cancel finds it.
+	claimMu sync.Mutex
+	mu      sync.Mutex
 	// running maps job ids to their cancel functions.
-	running map[string]context.CancelFunc
+	running map[string]context.CancelCauseFunc
 	// flights maps fingerprints to the build in progress for them.
 	flights map[string]*flight
 	// building holds the artifact ids being written, so a delete of the
@@ -99,18 +121,25 @@ type executor struct {
 	wg       sync.WaitGroup
 }
 
-// flight is one build shared by every job with the same fingerprint.
+// flight is one build shared by every job with the same fingerprint. It
+// runs under its own context, bounded by build.timeout, so it goes on when
+// the job that started it is cancelled while others still wait for it.
 type flight struct {
-	done  chan struct{}
-	built *api.Built
-	err   error
-	phase string
+	done chan struct{}
+	ctx  context.Context
+	// cancel ends the build; called when the last waiting job leaves.
+	cancel context.CancelFunc
+	// members counts the jobs waiting for the flight, under executor.mu.
+	members int
+	built   *api.Built
+	err     error
+	phase   string
 }
 
 func newExecutor(d executorDeps) *executor {
 	return &executor{
 		executorDeps: d,
-		running:      map[string]context.CancelFunc{},
+		running:      map[string]context.CancelCauseFunc{},
 		flights:      map[string]*flight{},
 		building:     map[string]bool{},
 		wake:         make(chan struct{}, 1),
@@ -136,7 +165,7 @@ func (e *executor) runningCount() int {
 func (e *executor) dispatch(ctx context.Context) {
 	for {
 		for ctx.Err() == nil && e.runningCount() < e.settings().MaxConcurrentBuilds {
-			job, ok, err := e.jobs.ClaimNext(ctx)
+			ok, err := e.claim(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
 					e.logger.Error("claim next job", "err", err)
@@ -146,7 +175,6 @@ func (e *executor) dispatch(ctx context.Context) {
 			if !ok {
 				break
 			}
-			e.start(ctx, job)
 		}
 		select {
 		case <-ctx.Done():
@@ -157,8 +185,24 @@ func (e *executor) dispatch(ctx context.Context) {
 	}
 }
 
+// claim starts the oldest queued job, reporting false when none waits.
+func (e *executor) claim(ctx context.Context) (bool, error) {
+	e.claimMu.Lock()
+	defer e.claimMu.Unlock()
+	job, ok, err := e.jobs.ClaimNext(ctx)
+	if err != nil || !ok {
+		return false, err
+	}
+	e.start(ctx, job)
+	return true, nil
+}
+
+// start runs job under a context cancelled by a stop (ctx), a cancel
+// request, or build.timeout.
 func (e *executor) start(ctx context.Context, job spool.Job) {
-	jobCtx, cancel := context.WithCancel(ctx)
+	limit := e.settings().Timeout
+	cancelCtx, cancel := context.WithCancelCause(ctx)
+	jobCtx, stopTimer := context.WithTimeoutCause(cancelCtx, limit, buildTimeout{limit})
 	e.mu.Lock()
 	e.running[job.ID] = cancel
 	e.mu.Unlock()
@@ -167,15 +211,62 @@ func (e *executor) start(ctx context.Context, job spool.Job) {
 	go func() {
 		defer e.wg.Done()
 		defer func() {
-			cancel()
+			stopTimer()
+			cancel(nil)
 			e.mu.Lock()
 			delete(e.running, job.ID)
 			e.mu.Unlock()
 			e.metrics.running.Dec()
 			e.Wake()
 		}()
-		e.run(jobCtx, job)
+		e.run(jobCtx, ctx, job, limit)
 	}()
+}
+
+// cancelJob ends a queued or running job FAILED "cancelled". The terminal
+// state and report are committed first, so the job is never resumed, even
+// after a crash; then a running build is told to stop. It returns the job
+// as it was before, spool.ErrNotFound, or spool.ErrFinished with the job
+// when it had already ended.
+func (e *executor) cancelJob(ctx context.Context, id string) (spool.Job, error) {
+	e.claimMu.Lock()
+	defer e.claimMu.Unlock()
+	j, err := e.jobs.Job(ctx, id)
+	if err != nil {
+		return spool.Job{}, err
+	}
+	if j.State.Terminal() {
+		return j, fmt.Errorf("cancel job %s: %w", id, spool.ErrFinished)
+	}
+	phase := j.Phase
+	if phase == "" {
+		phase = api.PhasePulling
+	}
+	body, err := api.FailedReport(phase, cancelMessage).Encode()
+	if err != nil {
+		return j, fmt.Errorf("cancel job %s: %w", id, err)
+	}
+	if err := e.jobs.Finish(ctx, id, spool.StateFailed, phase, cancelMessage,
+		spool.Report{Kind: spool.KindTerminal, Body: body}); err != nil {
+		if errors.Is(err, spool.ErrFinished) {
+			// The build ended meanwhile, before the cancel.
+			if now, rerr := e.jobs.Job(ctx, id); rerr == nil {
+				j = now
+			}
+		}
+		return j, fmt.Errorf("cancel job %s: %w", id, err)
+	}
+	e.metrics.finished.WithLabelValues(string(spool.StateFailed)).Inc()
+	e.metrics.cancelled.Inc()
+	e.reporter.Wake()
+	e.mu.Lock()
+	stop := e.running[id]
+	e.mu.Unlock()
+	if stop != nil {
+		stop(errCancelled)
+	}
+	e.logger.Info("job cancelled", "job_id", id, "was", j.State, "phase", phase)
+	return j, nil
 }
 
 // wait blocks until every running job has returned or ctx ends.
@@ -196,6 +287,11 @@ type jobRun struct {
 	job   spool.Job
 	build *api.Build
 	log   *slog.Logger
+	// agentCtx ends when the agent stops: a build shared by several jobs
+	// runs under it rather than under the context of the job leading it.
+	agentCtx context.Context
+	// limit is the build.timeout the job runs under.
+	limit time.Duration
 
 	mu         sync.Mutex
 	phase      string
@@ -206,11 +302,11 @@ type jobRun struct {
 	flush      chan struct{}
 }
 
-// run drives one job to a terminal report, or back to the queue when the
-// agent stops under it.
-func (e *executor) run(ctx context.Context, job spool.Job) {
+// run drives one job, under ctx, to a terminal report, or back to the
+// queue when the agent stops (agentCtx ends) under it.
+func (e *executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.Duration) {
 	r := &jobRun{e: e, job: job, log: e.logger.With("job_id", job.ID, "attempt", job.Attempts),
-		phase: api.PhasePulling, flush: make(chan struct{}, 1)}
+		agentCtx: agentCtx, limit: limit, phase: api.PhasePulling, flush: make(chan struct{}, 1)}
 	if job.Attempts > e.settings().MaxAttempts {
 		r.fail(ctx, job.Phase, fmt.Sprintf("build interrupted %d times (agent stopped or crashed during it); giving up", job.Attempts-1))
 		return
@@ -230,10 +326,17 @@ func (e *executor) run(ctx context.Context, job spool.Job) {
 	built, phase, err := r.execute(ctx)
 	stopHeartbeat()
 	<-hbDone
+	var timeout buildTimeout
 	switch {
+	case errors.Is(context.Cause(ctx), errCancelled):
+		// The cancel committed the FAILED report before it ended ctx.
+		r.log.Info("build stopped: job cancelled", "phase", phase)
 	case err == nil:
 		r.persistPull(ctx, true)
 		r.succeed(ctx, built)
+	case errors.As(context.Cause(ctx), &timeout) || errors.As(err, &timeout):
+		r.e.metrics.timedOut.Inc()
+		r.fail(ctx, phase, timeout.Error())
 	case ctx.Err() != nil || errors.Is(err, errStopping):
 		r.interrupted()
 	default:
@@ -295,41 +398,59 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 			r.log.Info("reusing published artifact", "path", built.Ext4Path, "object_key", built.ObjectKey)
 			return built, api.PhaseReady, nil
 		}
-		fl, leader := r.e.join(fp, artifactID)
-		if leader {
-			built, err := r.buildArtifact(ctx, img, ca, fp, artifactID)
-			r.e.land(fp, artifactID, fl, built, err, r.phaseNow())
-			if err != nil {
-				return nil, r.phaseNow(), err
-			}
-			return built, api.PhaseReady, nil
+		fl, leader, joined := r.e.join(r.agentCtx, r.limit, fp, artifactID)
+		switch {
+		case leader:
+			r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressBuilding)
+			e.wg.Add(1)
+			go func() {
+				defer e.wg.Done()
+				built, err := r.buildArtifact(fl.ctx, img, ca, fp, artifactID)
+				e.land(fp, artifactID, fl, built, err, api.PhaseBuildingExt4)
+			}()
+		case joined:
+			r.log.Info("identical build in flight, waiting for it", "fingerprint", fp)
 		}
-		r.log.Info("identical build in flight, waiting for it", "fingerprint", fp)
 		select {
 		case <-ctx.Done():
+			if joined {
+				e.leave(fl)
+			}
 			return nil, r.phaseNow(), errStopping
 		case <-fl.done:
 		}
 		if fl.err == nil {
-			e.metrics.dedup.WithLabelValues("inflight").Inc()
+			if !leader {
+				e.metrics.dedup.WithLabelValues("inflight").Inc()
+			}
 			return fl.built, api.PhaseReady, nil
 		}
 		if !errors.Is(fl.err, errStopping) && !errors.Is(fl.err, context.Canceled) {
 			return nil, fl.phase, fl.err
 		}
-		// The leader was interrupted while this job goes on: lead a retry.
+		if ctx.Err() != nil {
+			return nil, r.phaseNow(), errStopping
+		}
+		// The build was abandoned or interrupted while this job goes on:
+		// lead a retry.
 	}
 }
 
-// buildArtifact runs the image build as the leader of its fingerprint.
+// buildArtifact runs the image build of a flight r leads, under the
+// flight's context. It touches r only in memory (progress, log), never its
+// job in the spool: r may have been cancelled while the build goes on for
+// other jobs.
 func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
 	e := r.e
-	r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressBuilding)
 	began := time.Now()
 	art, err := e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
 		Envd: r.build.EnvdData, CA: ca}, r.onProgress)
 	if err != nil {
-		if ctx.Err() != nil {
+		var timeout buildTimeout
+		switch {
+		case errors.As(context.Cause(ctx), &timeout):
+			return nil, timeout
+		case ctx.Err() != nil:
 			return nil, errStopping
 		}
 		return nil, fmt.Errorf("build image: %w", err)
@@ -395,22 +516,41 @@ func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Buil
 	return out, nil
 }
 
-// join returns the flight for fp, creating it (leader=true) when none is in
-// progress.
-func (e *executor) join(fp, artifactID string) (*flight, bool) {
+// join returns the flight for fp and counts the job as waiting for it
+// (joined). When none is in progress it creates one (leader), to run under
+// agentCtx within limit. A flight every job left is winding down: the job
+// is not counted, and waits for it to land before trying again.
+func (e *executor) join(agentCtx context.Context, limit time.Duration, fp, artifactID string) (fl *flight, leader, joined bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if fl, ok := e.flights[fp]; ok {
-		return fl, false
+		if fl.members == 0 {
+			return fl, false, false
+		}
+		fl.members++
+		return fl, false, true
 	}
-	fl := &flight{done: make(chan struct{})}
+	ctx, cancel := context.WithTimeoutCause(agentCtx, limit, buildTimeout{limit})
+	fl = &flight{done: make(chan struct{}), ctx: ctx, cancel: cancel, members: 1}
 	e.flights[fp] = fl
 	e.building[artifactID] = true
-	return fl, true
+	return fl, true, true
 }
 
-// land ends a flight and wakes its followers.
+// leave uncounts a job that stops waiting for fl before it lands; the last
+// one to leave cancels the build.
+func (e *executor) leave(fl *flight) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fl.members--
+	if fl.members == 0 {
+		fl.cancel()
+	}
+}
+
+// land ends a flight and wakes the jobs waiting for it.
 func (e *executor) land(fp, artifactID string, fl *flight, built *api.Built, err error, phase string) {
+	fl.cancel()
 	e.mu.Lock()
 	delete(e.flights, fp)
 	delete(e.building, artifactID)
@@ -546,7 +686,7 @@ func (r *jobRun) persistProgress(ctx context.Context, send bool) {
 		rep = &spool.Report{Kind: spool.KindStatus, Body: body}
 	}
 	if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
 			r.log.Warn("record progress", "err", err)
 		}
 		return
@@ -580,7 +720,7 @@ func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) {
 		return
 	}
 	if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body}); err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
 			r.log.Warn("queue report", "kind", kind, "err", err)
 		}
 		return
@@ -615,6 +755,11 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 		return
 	}
 	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: body}); err != nil {
+		if errors.Is(err, spool.ErrFinished) {
+			// A cancel ended the job first; its report stands.
+			r.log.Info("job ended before its build did; result not recorded", "state", state)
+			return
+		}
 		// The job stays "running" in the spool and is resumed at the next
 		// start, so the terminal report is produced then.
 		r.log.Error("record job result", "err", err)

@@ -42,6 +42,10 @@ type testBuilder struct {
 	caErr      error
 	// beforePublish runs inside Build; an error fails the build.
 	beforePublish func(ctx context.Context, spec rootfs.Spec) error
+	// whileWriting runs inside Build once the temporary image is written,
+	// with its path; an error discards it and fails the build, as
+	// rootfs.Builder does.
+	whileWriting func(ctx context.Context, spec rootfs.Spec, temp string) error
 }
 
 func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.Image, error) {
@@ -73,7 +77,7 @@ func (b *testBuilder) LoadCA(ctx context.Context) (*rootfs.CA, error) {
 func (b *testBuilder) Build(ctx context.Context, spec rootfs.Spec, progress rootfs.ProgressFunc) (*rootfs.Artifact, error) {
 	b.mu.Lock()
 	b.builds++
-	hook := b.beforePublish
+	hook, writing := b.beforePublish, b.whileWriting
 	b.mu.Unlock()
 	progress(rootfs.Progress{Percent: 50, Pull: &rootfs.PullProgress{TotalBytes: 1000, DownloadedBytes: 1000, TotalLayers: 1, CompletedLayers: 1, Done: true}})
 	if hook != nil {
@@ -89,6 +93,12 @@ func (b *testBuilder) Build(ctx context.Context, spec rootfs.Spec, progress root
 	if _, err := f.Write(content); err != nil {
 		b.store.Discard(f, spec.ArtifactID)
 		return nil, err
+	}
+	if writing != nil {
+		if err := writing(ctx, spec, f.Name()); err != nil {
+			b.store.Discard(f, spec.ArtifactID)
+			return nil, err
+		}
 	}
 	if err := b.store.Publish(f, spec.ArtifactID); err != nil {
 		return nil, err

@@ -32,6 +32,8 @@ type metrics struct {
 	callbacks     *prometheus.CounterVec
 	dedup         *prometheus.CounterVec
 	interrupted   prometheus.Counter
+	cancelled     prometheus.Counter
+	timedOut      prometheus.Counter
 }
 
 // spoolCounts is what the spool collector reads at scrape time.
@@ -72,11 +74,19 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 			Namespace: namespace, Subsystem: "jobs", Name: "interrupted_total",
 			Help: "Builds interrupted by a stop and put back in the queue.",
 		}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "jobs", Name: "cancelled_total",
+			Help: "Jobs ended FAILED by a cancel request, queued or running.",
+		}),
+		timedOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "jobs", Name: "timed_out_total",
+			Help: "Jobs ended FAILED because their build ran past build.timeout.",
+		}),
 	}
 	m.register(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.accepted, m.finished, m.phaseDuration, m.running, m.callbacks, m.dedup, m.interrupted,
+		m.accepted, m.finished, m.phaseDuration, m.running, m.callbacks, m.dedup, m.interrupted, m.cancelled, m.timedOut,
 		newSpoolCollector(sp, logger, spoolScrapeTimeout),
 	)
 	for _, r := range []string{"built", "failed"} {

@@ -29,6 +29,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("POST /tc/api/v1/artifact/upload", a.authorized(a.handleArtifactUpload))
 	mux.Handle("GET /tc/api/v1/jobs", a.authorized(a.handleJobs))
 	mux.Handle("GET /tc/api/v1/jobs/{id}", a.authorized(a.handleJob))
+	mux.Handle("POST /tc/api/v1/jobs/{id}/cancel", a.authorized(a.handleJobCancel))
 	mux.HandleFunc("GET /health", a.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
 	return mux
@@ -216,6 +217,27 @@ func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 	default:
 		writeJSON(w, http.StatusOK, View(j))
+	}
+}
+
+// handleJobCancel ends a queued or running job FAILED "cancelled". The 200
+// goes out only once that is committed to the spool: the job is never
+// resumed, even if the agent stops before the build notices.
+func (a *Agent) handleJobCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	// The commit must not depend on the caller staying connected.
+	j, err := a.exec.cancelJob(context.WithoutCancel(r.Context()), id)
+	switch {
+	case errors.Is(err, spool.ErrNotFound):
+		writeError(w, http.StatusNotFound, "job not found")
+	case errors.Is(err, spool.ErrFinished):
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "job already finished: " + string(j.State),
+			"job_id": id, "state": string(j.State)})
+	case err != nil:
+		a.logger.Error("cancel job", "job_id", id, "err", err)
+		writeError(w, http.StatusInternalServerError, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "cancelled", "job_id": id})
 	}
 }
 
