@@ -26,6 +26,7 @@ Commands:
   serve              run the agent (the default when no command is given)
   jobs [list]        list jobs in the spool (read-only; safe while the agent runs)
   jobs show JOB_ID   show one job and its pending reports
+  jobs cancel JOB_ID cancel a queued or running job (asks the running agent)
   build --image REF  build a template image without an agent (see build -h)
   inspect IMG [PATH] list a directory (default /) or print a file of a template
                      image, without mounting it
