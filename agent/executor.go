@@ -406,6 +406,11 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 			go func() {
 				defer e.wg.Done()
 				built, err := r.buildArtifact(fl.ctx, img, ca, fp, artifactID)
+				var timeout buildTimeout
+				if err != nil && errors.As(context.Cause(fl.ctx), &timeout) {
+					// Whichever step it stopped in (image, upload).
+					err = timeout
+				}
 				e.land(fp, artifactID, fl, built, err, api.PhaseBuildingExt4)
 			}()
 		case joined:
@@ -436,21 +441,17 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	}
 }
 
-// buildArtifact runs the image build of a flight r leads, under the
-// flight's context. It touches r only in memory (progress, log), never its
-// job in the spool: r may have been cancelled while the build goes on for
-// other jobs.
+// buildArtifact runs the image build (and the upload to the blob store) of
+// a flight r leads, under the flight's context. It touches r only in memory
+// (progress, log), never its job in the spool: r may have been cancelled
+// while the build goes on for other jobs.
 func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
 	e := r.e
 	began := time.Now()
 	art, err := e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
 		Envd: r.build.EnvdData, CA: ca}, r.onProgress)
 	if err != nil {
-		var timeout buildTimeout
-		switch {
-		case errors.As(context.Cause(ctx), &timeout):
-			return nil, timeout
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return nil, errStopping
 		}
 		return nil, fmt.Errorf("build image: %w", err)
