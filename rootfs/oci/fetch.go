@@ -156,16 +156,17 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 	// One job per distinct blob; a repeated layer counts once per use.
 	type job struct {
 		layer Layer
+		index int // of the layer's first use, for messages
 		uses  int
 	}
 	var jobs []*job
 	byHex := make(map[string]*job)
-	for _, l := range img.Layers {
+	for i, l := range img.Layers {
 		if j := byHex[l.Digest.Hex]; j != nil {
 			j.uses++
 			continue
 		}
-		j := &job{layer: l, uses: 1}
+		j := &job{layer: l, index: i, uses: 1}
 		byHex[l.Digest.Hex] = j
 		jobs = append(jobs, j)
 	}
@@ -192,7 +193,7 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 				}
 				lt := tr.layer(j.layer.Size, j.uses)
 				_, err := l.store.Acquire(ctx, hex, j.layer.Size, img.src.key(),
-					func(ctx context.Context) error { return download(ctx, l.store, img.src, j.layer, lt) })
+					func(ctx context.Context) error { return download(ctx, l.store, img.src, j.index, j.layer, lt) })
 				l.mu.Lock()
 				if err != nil {
 					if firstErr == nil || (isCtxErr(firstErr) && !isCtxErr(err)) {
@@ -256,13 +257,14 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 	return l, nil
 }
 
-// download writes one blob into the cache, trying each place the source
-// offers (transient failures a few times each) until one yields the right
-// bytes.
-func download(ctx context.Context, store blobStore, src blobSource, l Layer, lt *layerTracker) error {
+// download writes layer index's blob into the cache, trying each place the
+// source offers (transient failures a few times each, a stall twice) until
+// one yields the right bytes.
+func download(ctx context.Context, store blobStore, src blobSource, index int, l Layer, lt *layerTracker) error {
 	var errs []error
 	for _, o := range src.openers(l.Digest) {
 		what := fmt.Sprintf("fetch layer %s from %s", l.Digest, o.where)
+		stalls := 0
 		for attempt := 1; ; attempt++ {
 			err := downloadFrom(ctx, store, o, l, lt)
 			if err == nil {
@@ -270,6 +272,14 @@ func download(ctx context.Context, store blobStore, src blobSource, l Layer, lt 
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s: %w", what, ctx.Err())
+			}
+			var se *StallError
+			if errors.As(err, &se) {
+				if stalls++; stalls < 2 && attempt < attemptsPerPlace {
+					continue // a stalled connection is dropped; a new one may move
+				}
+				errs = append(errs, &kindError{cause: err, msg: fmt.Sprintf("%s: layer %d: %v", what, index, se)})
+				break
 			}
 			if attempt < attemptsPerPlace && isTransient(err) {
 				if werr := sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond); werr != nil {

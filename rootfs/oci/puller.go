@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -63,9 +64,27 @@ type Options struct {
 	// (authn.DefaultKeychain when nil: docker's config.json, DOCKER_CONFIG
 	// honoured, and credential helpers).
 	Keychain authn.Keychain
-	// Transport carries all registry traffic (a clone of
-	// remote.DefaultTransport when nil).
+	// Transport carries all registry traffic (remote.DefaultTransport's
+	// settings when nil). It must be an *http.Transport: New uses a clone
+	// with the network policy installed. A nil DialContext becomes a dialer
+	// that checks every resolved address before connecting; a DialContext
+	// or DialTLSContext of its own is kept, and the address each of its
+	// connections reached is checked before a byte is sent on it.
 	Transport http.RoundTripper
+	// DenyNetworks lists the networks no registry connection may reach:
+	// registry, token endpoint, blob redirects, mirrors. Names are checked
+	// after resolution, IPv4-mapped IPv6 addresses as IPv4. nil means
+	// DefaultDenyNetworks; an empty slice denies nothing. Through an HTTP
+	// proxy only address literals in URLs can be checked.
+	DenyNetworks []netip.Prefix
+	// AllowNetworks, when not empty, is the only networks registry
+	// connections may reach (DenyNetworks still applies).
+	AllowNetworks []netip.Prefix
+	// StallTimeout ends a registry request whose response headers or body
+	// bring no data for this long (DefaultStallTimeout when 0). A stalled
+	// manifest or layer download is tried once more, then fails with
+	// ErrStalled.
+	StallTimeout time.Duration
 	// TranscodeZstd has the cache re-encode gzip layers as zstd in the
 	// background once the build that fetched them ends: later builds
 	// decompress them several times faster. Layers.Open then returns the
@@ -147,15 +166,14 @@ func New(opts Options) (*Puller, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("new puller: CacheDir is required")
 	}
-	if opts.CacheQuotaBytes < 0 || opts.Jobs < 0 {
-		return nil, errors.New("new puller: CacheQuotaBytes and Jobs must not be negative")
+	if opts.CacheQuotaBytes < 0 || opts.Jobs < 0 || opts.StallTimeout < 0 {
+		return nil, errors.New("new puller: CacheQuotaBytes, Jobs and StallTimeout must not be negative")
 	}
 	p := &Puller{platform: opts.Platform, jobs: opts.Jobs}
 	reg := &registryImages{
 		mirrors:  make(map[string][]mirror),
 		insecure: make(map[string]bool),
 		keychain: opts.Keychain,
-		base:     opts.Transport,
 	}
 	if p.platform.OS == "" {
 		p.platform.OS = "linux"
@@ -170,14 +188,24 @@ func New(opts Options) (*Puller, error) {
 	if reg.keychain == nil {
 		reg.keychain = authn.DefaultKeychain
 	}
-	if reg.base == nil {
-		dt, ok := remote.DefaultTransport.(*http.Transport)
-		if !ok {
-			return nil, errors.New("new puller: remote.DefaultTransport is not an *http.Transport")
-		}
-		reg.base = dt.Clone()
+	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks)
+	if err != nil {
+		return nil, fmt.Errorf("new puller: %w", err)
 	}
-	reg.base = transport.NewRetry(reg.base, transport.WithRetryStatusCodes(retryStatusCodes...))
+	dt, ok := remote.DefaultTransport.(*http.Transport)
+	if !ok {
+		return nil, errors.New("new puller: remote.DefaultTransport is not an *http.Transport")
+	}
+	tr, err := policy.policyTransport(opts.Transport, dt)
+	if err != nil {
+		return nil, fmt.Errorf("new puller: %w", err)
+	}
+	stall := opts.StallTimeout
+	if stall == 0 {
+		stall = DefaultStallTimeout
+	}
+	reg.base = transport.NewRetry(&guardTransport{inner: tr, policy: policy, stall: stall},
+		transport.WithRetryStatusCodes(retryStatusCodes...))
 	for _, h := range opts.Insecure {
 		r, err := name.NewRegistry(h)
 		if err != nil {

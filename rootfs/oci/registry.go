@@ -3,6 +3,7 @@ package oci
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -64,7 +65,8 @@ type registryImages struct {
 	mirrors  map[string][]mirror
 	insecure map[string]bool
 	keychain authn.Keychain
-	base     http.RoundTripper
+	// base carries every request: network policy, stall watchdog, retries.
+	base http.RoundTripper
 }
 
 var _ imageSource = (*registryImages)(nil)
@@ -123,6 +125,9 @@ func (p *registryImages) resolve(ctx context.Context, pr ParsedRef, src Source) 
 	var mirrorErrs []string
 	for i, ep := range eps {
 		img, err := p.resolveAt(ctx, ep, pr.Reference)
+		if errors.Is(err, ErrStalled) && ctx.Err() == nil {
+			img, err = p.resolveAt(ctx, ep, pr.Reference) // once more, then give up
+		}
 		if err == nil {
 			img.Digest = pr.sourceName() + "@" + img.ManifestDigest.String()
 			img.src = &registrySource{p: p, eps: eps[i:]}
@@ -159,7 +164,8 @@ func (p *registryImages) resolveAt(ctx context.Context, ep *endpoint, ref name.R
 	if err != nil {
 		return nil, classify(err, what, host)
 	}
-	ropts := []remote.Option{remote.WithTransport(rt), remote.WithContext(ctx), remote.WithPlatform(p.platform)}
+	mctx := withBodyCap(ctx, "manifest", MaxManifestBytes)
+	ropts := []remote.Option{remote.WithTransport(rt), remote.WithContext(mctx), remote.WithPlatform(p.platform)}
 	desc, err := remote.Get(r, ropts...)
 	if err != nil {
 		return nil, classify(err, what, host)
@@ -184,11 +190,7 @@ func (p *registryImages) resolveAt(ctx context.Context, ep *endpoint, ref name.R
 	if !desc.MediaType.IsImage() {
 		return nil, fmt.Errorf("%s: %w: manifest media type %s (Docker schema 1 and artifacts are not supported)", what, ErrUnsupported, desc.MediaType)
 	}
-	rimg, err := desc.Image()
-	if err != nil {
-		return nil, classify(err, what, host)
-	}
-	rawConfig, err := rimg.RawConfigFile()
+	rawConfig, err := p.fetchConfig(ctx, ep, desc.Manifest)
 	if err != nil {
 		return nil, classify(err, what+": fetch config", host)
 	}
@@ -197,6 +199,34 @@ func (p *registryImages) resolveAt(ctx context.Context, ep *endpoint, ref name.R
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return img, nil
+}
+
+// fetchConfig reads the config blob a manifest names, refusing one larger
+// than MaxConfigBytes before asking for it; describe verifies its digest.
+func (p *registryImages) fetchConfig(ctx context.Context, ep *endpoint, rawManifest []byte) ([]byte, error) {
+	m, err := v1.ParseManifest(bytes.NewReader(rawManifest))
+	if err != nil {
+		return nil, fmt.Errorf("parse manifest: %w", err)
+	}
+	c := bodyCap{what: "image config", limit: MaxConfigBytes}
+	if m.Config.Size > c.limit {
+		return nil, fmt.Errorf("%w (the manifest gives %d bytes)", c.err(), m.Config.Size)
+	}
+	if m.Config.Data != nil {
+		return m.Config.Data, nil
+	}
+	rc, err := p.openBlob(withBodyCap(ctx, c.what, c.limit), ep, m.Config.Digest)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	// The digest check in describe catches a short or altered config; one
+	// byte past the declared size is enough to tell it is wrong.
+	b, err := io.ReadAll(io.LimitReader(rc, max(m.Config.Size, 0)+1))
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // registrySource reads blobs from the endpoint that served the manifest,

@@ -1,0 +1,204 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// countingListener counts the connections a server accepted.
+type countingListener struct {
+	net.Listener
+	accepts atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepts.Add(1)
+	}
+	return c, err
+}
+
+// trap is a registry on addr (e.g. 127.0.0.2:0) that counts connections
+// and requests: the place a refused connection must never reach.
+type trap struct {
+	ln       *countingListener
+	host     string
+	requests atomic.Int64
+}
+
+func newTrap(t *testing.T, addr string) *trap {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	tr := &trap{ln: &countingListener{Listener: ln}, host: ln.Addr().String()}
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tr.requests.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	srv.Listener = tr.ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return tr
+}
+
+func (tr *trap) untouched(t *testing.T) {
+	t.Helper()
+	if n := tr.ln.accepts.Load(); n != 0 {
+		t.Errorf("the refused server accepted %d connections", n)
+	}
+	if n := tr.requests.Load(); n != 0 {
+		t.Errorf("the refused server saw %d requests", n)
+	}
+}
+
+func prefixes(t *testing.T, ss ...string) []netip.Prefix {
+	t.Helper()
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// wantDenied checks err is the policy's refusal with msg in its text.
+func wantDenied(t *testing.T, err error, msg string) {
+	t.Helper()
+	if !errors.Is(err, ErrNetworkDenied) {
+		t.Fatalf("error = %v, want ErrNetworkDenied", err)
+	}
+	if !strings.Contains(err.Error(), msg) {
+		t.Errorf("error %q does not contain %q", err, msg)
+	}
+}
+
+func TestNetworkPolicy(t *testing.T) {
+	img := testImage(t, 2, 1024)
+	want := compressedLayers(t, img)
+	good := newTestRegistry(t, nil) // on 127.0.0.1
+	push(t, good.host+"/ok/app:v1", img)
+	ctx := context.Background()
+
+	t.Run("DenyLoopbackAlias", func(t *testing.T) {
+		bad := newTrap(t, "127.0.0.2:0")
+		p := newTestPuller(t, Options{DenyNetworks: append(DefaultDenyNetworks(), prefixes(t, "127.0.0.2/32")...)})
+		_, err := p.Resolve(ctx, Source{Ref: "http://" + bad.host + "/x:y"})
+		wantDenied(t, err, "registry address 127.0.0.2 is in registry.deny_networks 127.0.0.2/32")
+		bad.untouched(t)
+		fetchAll(t, p, Source{Ref: good.host + "/ok/app:v1"}, want)
+	})
+	t.Run("AllowList", func(t *testing.T) {
+		bad := newTrap(t, "127.0.0.2:0")
+		p := newTestPuller(t, Options{AllowNetworks: prefixes(t, "127.0.0.1/32")})
+		_, err := p.Resolve(ctx, Source{Ref: "http://" + bad.host + "/x:y"})
+		wantDenied(t, err, "registry address 127.0.0.2 is not in registry.allow_networks (127.0.0.1/32)")
+		bad.untouched(t)
+		fetchAll(t, p, Source{Ref: good.host + "/ok/app:v1"}, want)
+	})
+	t.Run("NameResolvingToDenied", func(t *testing.T) {
+		addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", "localhost")
+		if err != nil {
+			t.Fatalf("resolve localhost: %v", err)
+		}
+		for _, a := range addrs {
+			if a = a.Unmap(); a != netip.MustParseAddr("127.0.0.1") && a != netip.IPv6Loopback() {
+				t.Skipf("localhost resolves to %v here, not to loopback alone", addrs)
+			}
+		}
+		trap := newTrap(t, "127.0.0.1:0")
+		_, port, _ := net.SplitHostPort(trap.host)
+		p := newTestPuller(t, Options{DenyNetworks: prefixes(t, "127.0.0.1/32", "::1/128")})
+		_, err = p.Resolve(ctx, Source{Ref: "http://localhost:" + port + "/x:y"})
+		wantDenied(t, err, "(of localhost) is in registry.deny_networks")
+		trap.untouched(t)
+	})
+	t.Run("RedirectToDenied", func(t *testing.T) {
+		bad := newTrap(t, "127.0.0.2:0")
+		d := layerDigests(t, img)[0]
+		reg := newTestRegistry(t, blobWrapper([]v1.Hash{d}, func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+			http.Redirect(w, r, "http://"+bad.host+"/blob", http.StatusTemporaryRedirect)
+		}))
+		push(t, reg.host+"/redir/app:v1", img)
+		p := newTestPuller(t, Options{DenyNetworks: prefixes(t, "127.0.0.2/32")})
+		resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/redir/app:v1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Fetch(ctx, resolved, nil)
+		wantDenied(t, err, "registry address 127.0.0.2 is in registry.deny_networks 127.0.0.2/32")
+		bad.untouched(t)
+	})
+	t.Run("OwnDialerStillChecked", func(t *testing.T) {
+		// A Transport with its own DialContext (here: every connection to
+		// the trap) keeps it, but the address it reached is checked before
+		// a request is sent.
+		bad := newTrap(t, "127.0.0.2:0")
+		p := newTestPuller(t, Options{Transport: fakeHostTransport(bad.host), DenyNetworks: prefixes(t, "127.0.0.2/32")})
+		_, err := p.Resolve(ctx, Source{Ref: "http://registry.test/x:y"})
+		wantDenied(t, err, "registry address 127.0.0.2 (of registry.test) is in registry.deny_networks 127.0.0.2/32")
+		if n := bad.requests.Load(); n != 0 {
+			t.Errorf("the refused server saw %d requests", n)
+		}
+	})
+	t.Run("OtherRoundTripperRefused", func(t *testing.T) {
+		_, err := New(Options{CacheDir: t.TempDir(), Transport: roundTripperFunc(http.DefaultTransport.RoundTrip)})
+		if err == nil || !strings.Contains(err.Error(), "network policy") {
+			t.Fatalf("New with a non-*http.Transport: error = %v, want a refusal naming the network policy", err)
+		}
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestNetPolicyCheck(t *testing.T) {
+	p, err := newNetPolicy(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, denied := range map[string]bool{
+		"169.254.169.254":        true,
+		"::ffff:169.254.169.254": true,
+		"fe80::1%eth0":           true,
+		"fd00:ec2::254":          true,
+		"100.100.100.200":        true,
+		"127.0.0.1":              false,
+		"10.1.2.3":               false,
+		"192.168.0.1":            false,
+		"::1":                    false,
+		"100.100.100.201":        false,
+	} {
+		err := p.check("h", netip.MustParseAddr(addr))
+		if got := errors.Is(err, ErrNetworkDenied); got != denied {
+			t.Errorf("check(%s) = %v, want denied=%v", addr, err, denied)
+		}
+	}
+	// The dialer's Control hook sees "ip:port", IPv4-mapped or not.
+	if err := p.checkAddr("h", "[::ffff:169.254.169.254]:80"); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "169.254.169.254 (of h) is in registry.deny_networks 169.254.0.0/16") {
+		t.Errorf("checkAddr of an IPv4-mapped metadata address = %v, want denied", err)
+	}
+	// An IPv4-mapped rule covers the IPv4 address.
+	p, err = newNetPolicy(prefixes(t, "::ffff:10.0.0.0/104"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.check("h", netip.MustParseAddr("10.9.8.7")); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "10.0.0.0/8") {
+		t.Errorf("check(10.9.8.7) under ::ffff:10.0.0.0/104 = %v, want denied by 10.0.0.0/8", err)
+	}
+}
