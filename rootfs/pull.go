@@ -3,6 +3,8 @@ package rootfs
 import (
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -31,8 +33,20 @@ type PullOptions struct {
 	// Keychain supplies registry credentials when a Source has none
 	// (docker's config.json and credential helpers when nil).
 	Keychain authn.Keychain
-	// Transport carries all registry traffic (a default transport when nil).
+	// Transport carries all registry traffic (a default transport when
+	// nil); it must be an *http.Transport, which gets the network policy
+	// installed (rootfs/oci documents how).
 	Transport http.RoundTripper
+	// DenyNetworks lists the networks registry connections may not reach
+	// (link-local and cloud metadata addresses when nil; an empty slice
+	// denies nothing).
+	DenyNetworks []netip.Prefix
+	// AllowNetworks, when not empty, is the only networks registry
+	// connections may reach.
+	AllowNetworks []netip.Prefix
+	// StallTimeout ends a registry download that brings no data for this
+	// long (5 minutes when 0); it is tried once more, then the build fails.
+	StallTimeout time.Duration
 	// TranscodeZstd has the cache re-encode gzip layers as zstd in the
 	// background, so later builds decompress them faster.
 	TranscodeZstd bool
@@ -54,6 +68,9 @@ func (o PullOptions) ociOptions() oci.Options {
 		Jobs:            o.Jobs,
 		Keychain:        o.Keychain,
 		Transport:       o.Transport,
+		DenyNetworks:    o.DenyNetworks,
+		AllowNetworks:   o.AllowNetworks,
+		StallTimeout:    o.StallTimeout,
 		TranscodeZstd:   o.TranscodeZstd,
 		Logger:          o.Logger,
 		LocalRoots:      o.LocalRoots,

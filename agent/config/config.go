@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -129,6 +130,9 @@ type Build struct {
 	MaxTreeMemory ByteSize `yaml:"max_tree_memory"`
 	// MaxImageSize bounds the file content one image may expand to.
 	MaxImageSize ByteSize `yaml:"max_image_size"`
+	// StallTimeout ends a registry download that brings no data for this
+	// long; it is tried once more, then the build fails.
+	StallTimeout time.Duration `yaml:"stall_timeout"`
 }
 
 // Registry holds pull settings.
@@ -140,6 +144,45 @@ type Registry struct {
 	// LocalRoots are the directories offline sources (oci-layout:,
 	// docker-archive:) may be read from; none by default.
 	LocalRoots []string `yaml:"local_roots"`
+	// DenyNetworks lists the CIDRs no registry connection may reach
+	// (registry, token endpoint, blob redirects), checked on the resolved
+	// address; link-local and cloud metadata addresses by default.
+	DenyNetworks []string `yaml:"deny_networks"`
+	// AllowNetworks, when not empty, is the only CIDRs registry
+	// connections may reach.
+	AllowNetworks []string `yaml:"allow_networks"`
+}
+
+// DefaultDenyNetworks are registry.deny_networks by default: link-local
+// addresses and the cloud metadata services. Loopback and private ranges
+// stay allowed, for local mirrors.
+func DefaultDenyNetworks() []string {
+	return []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32"}
+}
+
+// Networks parses DenyNetworks and AllowNetworks; deny is never nil (an
+// empty list denies nothing).
+func (r Registry) Networks() (deny, allow []netip.Prefix, err error) {
+	deny, derr := parseNetworks("registry.deny_networks", r.DenyNetworks)
+	allow, aerr := parseNetworks("registry.allow_networks", r.AllowNetworks)
+	if deny == nil {
+		deny = []netip.Prefix{}
+	}
+	return deny, allow, errors.Join(derr, aerr)
+}
+
+func parseNetworks(key string, list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var errs []error
+	for _, s := range list {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not a CIDR (address/bits, e.g. 169.254.0.0/16)", key, s))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errors.Join(errs...)
 }
 
 // Shutdown bounds a graceful stop.
@@ -162,7 +205,9 @@ func Default() *Config {
 		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second, Timeout: 2 * time.Hour,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
 			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
-			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30},
+			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30,
+			StallTimeout: 5 * time.Minute},
+		Registry: Registry{DenyNetworks: DefaultDenyNetworks()},
 		Shutdown: Shutdown{Timeout: 25 * time.Second},
 		// The artifact store's defaults live beside it, in artifactstore.go.
 		ArtifactStore: defaultArtifactStore(),
@@ -345,6 +390,7 @@ func (c *Config) Validate() error {
 		"build.heartbeat_interval": c.Build.HeartbeatInterval, "build.timeout": c.Build.Timeout,
 		"shutdown.timeout": c.Shutdown.Timeout,
 	}
+	positive["build.stall_timeout"] = c.Build.StallTimeout
 	for _, key := range slices.Sorted(maps.Keys(positive)) {
 		if positive[key] <= 0 {
 			bad(key, "must be a positive duration")
@@ -383,6 +429,9 @@ func (c *Config) Validate() error {
 		if !strings.HasPrefix(path, "/") {
 			bad(key, "%q is not an absolute path", path)
 		}
+	}
+	if _, _, err := c.Registry.Networks(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, root := range c.Registry.LocalRoots {
 		if !strings.HasPrefix(root, "/") {
@@ -439,8 +488,9 @@ func (c *Config) RestartOnly(next *Config) []string {
 	if b.CAPath != n.CAPath || b.Platform != n.Platform || b.LayerCacheQuota != n.LayerCacheQuota ||
 		b.LayerCacheZstd != n.LayerCacheZstd || b.DownloadJobs != n.DownloadJobs ||
 		b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes ||
-		b.MaxEntries != n.MaxEntries || b.MaxTreeMemory != n.MaxTreeMemory || b.MaxImageSize != n.MaxImageSize {
-		keys = append(keys, "build (ca_path, platform, layer_cache_*, download_jobs, headroom_*, max_entries, max_tree_memory, max_image_size)")
+		b.MaxEntries != n.MaxEntries || b.MaxTreeMemory != n.MaxTreeMemory || b.MaxImageSize != n.MaxImageSize ||
+		b.StallTimeout != n.StallTimeout {
+		keys = append(keys, "build (ca_path, platform, layer_cache_*, download_jobs, headroom_*, max_entries, max_tree_memory, max_image_size, stall_timeout)")
 	}
 	if !reflect.DeepEqual(c.Registry, next.Registry) {
 		keys = append(keys, "registry")

@@ -90,6 +90,9 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		"common:\n  http_port: [1]\n":                      "decode",
 		"master:\n  retry_initial: 10s\n  retry_max: 1s\n": "master.retry_max",
 		"just a string":                                    "parse YAML",
+		"build:\n  stall_timeout: 0s\n":                    "build.stall_timeout",
+		"registry:\n  deny_networks: [10.0.0/8]\n":         `registry.deny_networks: "10.0.0/8" is not a CIDR`,
+		"registry:\n  allow_networks: [127.0.0.1]\n":       `registry.allow_networks: "127.0.0.1" is not a CIDR`,
 	}
 	for doc, want := range cases {
 		c, _, err := Parse(strings.NewReader(doc))
@@ -127,6 +130,32 @@ func TestRestartOnly(t *testing.T) {
 	c.Build.CAPath, c.Registry.Insecure = "/other.crt", []string{"r:5000"}
 	if keys := a.RestartOnly(c); len(keys) != 2 || !strings.HasPrefix(keys[0], "build") || keys[1] != "registry" {
 		t.Errorf("RestartOnly for builder settings = %v", keys)
+	}
+}
+
+func TestRegistryNetworks(t *testing.T) {
+	c := Default()
+	if c.Build.StallTimeout != 5*time.Minute {
+		t.Errorf("build.stall_timeout default = %s, want 5m", c.Build.StallTimeout)
+	}
+	deny, allow, err := c.Registry.Networks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range deny {
+		got = append(got, p.String())
+	}
+	if strings.Join(got, " ") != "169.254.0.0/16 fe80::/10 fd00:ec2::254/128 100.100.100.200/32" || allow != nil {
+		t.Errorf("default networks: deny %v, allow %v", got, allow)
+	}
+	// An empty list denies nothing, which is not the same as unset.
+	c, _, err = Parse(strings.NewReader("registry:\n  deny_networks: []\n  allow_networks: [10.0.0.0/8, \"fd00::/8\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deny, allow, err = c.Registry.Networks(); err != nil || deny == nil || len(deny) != 0 || len(allow) != 2 {
+		t.Errorf("Networks() = %v, %v, %v; want an empty non-nil deny list and two allowed", deny, allow, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,10 @@ var _ agent.Builder = (*rootfs.Builder)(nil)
 // newBuilder opens the rootfs builder the configuration describes; its
 // layer cache lives in <work_dir>/layers.
 func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error) {
+	deny, allow, err := cfg.Registry.Networks()
+	if err != nil {
+		return nil, fmt.Errorf("open builder: %w", err)
+	}
 	return rootfs.NewBuilder(rootfs.Options{
 		Store:           rootfs.Store(cfg.Store.Dir),
 		CAPath:          cfg.Build.CAPath,
@@ -33,6 +38,9 @@ func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error
 			Insecure:        cfg.Registry.Insecure,
 			Jobs:            cfg.Build.DownloadJobs,
 			LocalRoots:      cfg.Registry.LocalRoots,
+			DenyNetworks:    deny,
+			AllowNetworks:   allow,
+			StallTimeout:    cfg.Build.StallTimeout,
 		},
 	})
 }
