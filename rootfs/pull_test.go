@@ -1,7 +1,15 @@
 package rootfs_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
@@ -34,5 +42,44 @@ func TestValidateImageRef(t *testing.T) {
 		if _, err := rootfs.ValidateImageRef(ref); !errors.Is(err, oci.ErrInvalidRef) {
 			t.Errorf("ValidateImageRef(%q) error = %v, want ErrInvalidRef", ref, err)
 		}
+	}
+}
+
+// TestPullNetworkPolicy runs the registry network policy and the error
+// formatting through the facade: PullOptions.DenyNetworks refuses a
+// registry before connecting, and a registry's HTML answer never shows in
+// the error.
+func TestPullNetworkPolicy(t *testing.T) {
+	const marker = "INTERNAL-ADMIN-SECRET"
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, "<html>"+strings.Repeat(marker+" ", 10000)+"</html>")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	ref := "http://" + strings.TrimPrefix(srv.URL, "http://") + "/internal/admin:latest"
+
+	opts := builderOptions(t)
+	opts.Pull.DenyNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	_, err := newBuilder(t, opts).Resolve(context.Background(), rootfs.Source{Ref: ref})
+	if !errors.Is(err, oci.ErrNetworkDenied) || !strings.Contains(err.Error(), "registry.deny_networks 127.0.0.1/32") {
+		t.Fatalf("Resolve error = %v, want the deny rule", err)
+	}
+	if n := conns.Load(); n != 0 {
+		t.Errorf("the denied registry saw %d connections", n)
+	}
+
+	_, err = newBuilder(t, builderOptions(t)).Resolve(context.Background(), rootfs.Source{Ref: ref})
+	if !errors.Is(err, oci.ErrNotFound) || strings.Contains(err.Error(), marker) {
+		t.Fatalf("Resolve error = %.300v, want ErrNotFound without the body", err)
 	}
 }
