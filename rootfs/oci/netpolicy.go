@@ -43,6 +43,7 @@ type NetworkDeniedError struct {
 	Allow []netip.Prefix
 }
 
+// Error names the address, its host and the rule that refused it.
 func (e *NetworkDeniedError) Error() string {
 	who := "registry address " + e.Addr.String()
 	if e.Host != "" && e.Host != e.Addr.String() {
@@ -181,10 +182,10 @@ func (p *netPolicy) policyTransport(base http.RoundTripper, def *http.Transport)
 	case *http.Transport:
 		tr = b.Clone()
 	default:
-		return nil, fmt.Errorf("Transport is a %T, not an *http.Transport: the registry network policy cannot be applied to it", base)
+		return nil, fmt.Errorf("the Transport is a %T, not an *http.Transport: the registry network policy cannot be applied to it", base)
 	}
-	if tr.Dial != nil || tr.DialTLS != nil { //nolint:staticcheck // refused, not used
-		return nil, errors.New("Transport sets the deprecated Dial or DialTLS: use DialContext or DialTLSContext")
+	if tr.Dial != nil || tr.DialTLS != nil { // deprecated hooks the policy cannot wrap
+		return nil, errors.New("the Transport sets the deprecated Dial or DialTLS: use DialContext or DialTLSContext")
 	}
 	if tr.DialContext == nil {
 		tr.DialContext = p.dialer()

@@ -38,6 +38,7 @@ type StallError struct {
 	Timeout time.Duration
 }
 
+// Error says how long nothing came and which setting bounds it.
 func (e *StallError) Error() string {
 	return fmt.Sprintf("download stalled: no data for %s (build.stall_timeout)", e.Timeout)
 }
