@@ -295,7 +295,9 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		// The S3 backend falls back to local artifacts when the bucket
 		// fails, so only an fs store makes the agent not ready; either
 		// way the check shows what is wrong.
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		// Bounded well below a health probe's own timeout: an unreachable
+		// endpoint must not make /health itself time out.
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		err := a.objects.store.Check(ctx)
 		cancel()
 		checks["blobstore"] = err == nil

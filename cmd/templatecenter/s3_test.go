@@ -170,34 +170,43 @@ func TestFSBackedBuild(t *testing.T) {
 	agent.stop(t)
 }
 
-// TestS3WrongCredentialsHealth: with a wrong secret the agent still serves
-// and builds (local artifacts), /health names the blob store's problem, and
-// the secret shows nowhere.
-func TestS3WrongCredentialsHealth(t *testing.T) {
+// TestS3ProblemsInHealth: with a wrong secret, a missing bucket or an
+// unreachable endpoint the agent still serves, /health names the blob
+// store's problem, and the secret shows nowhere.
+func TestS3ProblemsInHealth(t *testing.T) {
 	t.Parallel()
 	srv := s3srv.Get(t)
-	cm := startCubeMaster(t, testToken)
-	h := newHarness(t, cm.URL(), testToken)
 	const wrong = "wrong-secret-never-shown-0123456789"
-	for k, v := range s3Env(srv, srv.Endpoint, "") {
-		h.env[k] = v
+	cases := []struct {
+		name, key, value, want string
+	}{
+		{"WrongSecret", "CUBE_S3_SECRET_ACCESS_KEY", wrong, "access denied"},
+		{"MissingBucket", "CUBE_S3_BUCKET", "no-such-bucket", "no-such-bucket"},
+		{"Unreachable", "CUBE_S3_ENDPOINT", "http://127.0.0.1:1", "unreachable"},
 	}
-	h.env["CUBE_S3_SECRET_ACCESS_KEY"] = wrong
-	agent := h.startAgent("agent (wrong S3 secret)")
-	code, body := call(t, "GET", h.baseURL()+"/health", "", nil)
-	checks, _ := body["checks"].(map[string]any)
-	warnings, _ := body["warnings"].(map[string]any)
-	if code != 200 || checks["blobstore"] != false || !strings.Contains(warnings["blobstore"].(string), "access denied") {
-		t.Errorf("/health = %d %v, want 200 with the blob store check failing on access", code, body)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, "", testToken)
+			for k, v := range s3Env(srv, srv.Endpoint, "") {
+				h.env[k] = v
+			}
+			h.env[c.key] = c.value
+			agent := h.startAgent("agent (" + c.name + ")")
+			code, body := call(t, "GET", h.baseURL()+"/health", "", nil)
+			checks, _ := body["checks"].(map[string]any)
+			warnings, _ := body["warnings"].(map[string]any)
+			warning, _ := warnings["blobstore"].(string)
+			if code != 200 || checks["blobstore"] != false || !strings.Contains(warning, c.want) {
+				t.Errorf("/health = %d %v, want 200 with the blob store check failing, saying %q", code, body, c.want)
+			}
+			raw, _ := json.Marshal(body)
+			if strings.Contains(agent.out.String(), srv.SecretKey) || strings.Contains(string(raw), srv.SecretKey) ||
+				strings.Contains(agent.out.String(), wrong) || strings.Contains(string(raw), wrong) {
+				t.Errorf("a secret shows in the log or /health")
+			}
+			agent.stop(t)
+		})
 	}
-	if out := agent.out.String(); strings.Contains(out, wrong) {
-		t.Errorf("the agent's log shows the secret")
-	}
-	raw, _ := json.Marshal(body)
-	if strings.Contains(string(raw), wrong) {
-		t.Errorf("/health shows the secret")
-	}
-	agent.stop(t)
 }
 
 // stallingProxy forwards TCP to an upstream, and once more than after
