@@ -11,9 +11,20 @@ BIN     := bin/templatecenter
 # unpacker), attr (getfattr), debootstrap (a real Debian rootfs to build,
 # and the root of the systemd-nspawn container the packaging suite boots),
 # systemd-container (systemd-nspawn), lintian, rpm, shellcheck and binutils
-# (package checks).
-TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time
-TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo
+# (package checks), mariadb-server, postgresql (15 on bookworm) and
+# redis-server (CubeMaster's database and Redis, for test/dbserver).
+#
+# test/dbserver starts its own servers (loopback, free ports, temp dirs) and
+# never uses the services these packages install. Where PID 1 is systemd,
+# installing them also starts mariadb, postgresql@15-main and redis-server
+# on their default ports: harmless to the tests, and `systemctl disable --now
+# mariadb postgresql redis-server` stops them. In a container without
+# systemd (CI, Docker's policy-rc.d) they are never started.
+TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server
+TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo mariadbd mariadb-install-db initdb postgres redis-server
+# Where Debian keeps PostgreSQL's server programs (initdb, postgres): not on
+# PATH; test/dbserver.PostgresBinDir says the same.
+PG_BINDIR     := /usr/lib/postgresql/15/bin
 
 .PHONY: all build demo test test-unit vet fmt-check tidy-check deps clean
 
@@ -51,7 +62,7 @@ fmt-check:
 ## deps: install the Debian packages the tests need, if any tool is missing.
 deps:
 	@missing=""; for t in $(TEST_TOOLS); do \
-	  command -v $$t >/dev/null 2>&1 || [ -x /usr/sbin/$$t ] || [ -x /sbin/$$t ] || missing="$$missing $$t"; done; \
+	  command -v $$t >/dev/null 2>&1 || [ -x /usr/sbin/$$t ] || [ -x /sbin/$$t ] || [ -x $(PG_BINDIR)/$$t ] || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "missing test tools:$$missing"; \
 	  if [ "$$(id -u)" -ne 0 ]; then echo "run as root, or: sudo apt-get install -y $(TEST_PACKAGES)"; exit 1; fi; \
