@@ -1,0 +1,143 @@
+package dbserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+)
+
+// Redis is a running (or stopped) redis-server, CubeMaster's Redis: password
+// required, no persistence, so Stop and Start lose its keys.
+type Redis struct {
+	// Addr is "127.0.0.1:PORT", fixed for the server's life.
+	Addr string
+	// Password is required of every client (requirepass; the default user).
+	Password string
+	// Dir is the server's working directory; Close removes it.
+	Dir string
+
+	binary string
+	args   []string
+	mu     sync.Mutex
+	p      *proc
+}
+
+// NewRedis starts redis-server on a free loopback port with a password, no
+// RDB or AOF files and its working directory in a new temporary directory.
+// Close stops it and removes the directory.
+func NewRedis(ctx context.Context, opts ...Option) (*Redis, error) {
+	o := makeOptions(opts)
+	bin, err := findBinary([]string{"redis-server"}, []string{"/usr/bin"})
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "tc-redis-")
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	r := &Redis{Password: randomHex(12), Dir: dir, binary: bin}
+	// The password goes in as an argument: visible in ps, harmless for a
+	// throwaway password on a test machine.
+	r.args = []string{"--bind", "127.0.0.1", "--requirepass", r.Password, "--save", "",
+		"--appendonly", "no", "--dir", dir, "--daemonize", "no", "--logfile", ""}
+	for _, v := range o.vars {
+		r.args = append(r.args, "--"+v[0], v[1])
+	}
+	for range startAttempts { // the port may be taken between picking and binding
+		if r.Addr, err = childproc.FreeLoopbackAddr(); err != nil {
+			break
+		}
+		if err = r.Start(ctx); err == nil {
+			return r, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, err
+}
+
+// StartRedis is NewRedis for one test: it fails the test when the server
+// cannot start and closes it at the test's cleanup.
+func StartRedis(tb testing.TB, opts ...Option) *Redis {
+	tb.Helper()
+	r, err := NewRedis(context.Background(), opts...)
+	if err != nil {
+		tb.Fatalf("redis test server: %v", err)
+	}
+	tb.Cleanup(r.Close)
+	return r
+}
+
+// Client returns a go-redis client with the password, for checks that go
+// around the code under test; the caller closes it.
+func (r *Redis) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password, MaxRetries: -1})
+}
+
+// Start runs the server on its address and waits until it answers an
+// authenticated PING; it does nothing when the server runs already.
+func (r *Redis) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.p != nil {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(r.Addr)
+	if err != nil {
+		return fmt.Errorf("start redis: %w", err)
+	}
+	cmd := exec.Command(r.binary, append([]string{"--port", port}, r.args...)...)
+	cmd.Dir, cmd.Env = r.Dir, cleanEnv(r.Dir)
+	p, err := startProc(cmd)
+	if err != nil {
+		return fmt.Errorf("start redis: %w", err)
+	}
+	r.p = p
+	client := r.Client()
+	defer client.Close()
+	err = poll(ctx, p.exited, func(ctx context.Context) error { return client.Ping(ctx).Err() })
+	if err != nil {
+		r.stopLocked()
+		return fmt.Errorf("start redis on %s: %w; output:\n%s", r.Addr, err, p.out.String())
+	}
+	return nil
+}
+
+// Stop ends the server (SIGTERM, then SIGKILL after 10 s); Start brings it
+// back, empty, on the same address.
+func (r *Redis) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopLocked()
+}
+
+func (r *Redis) stopLocked() {
+	if r.p != nil {
+		r.p.stop(syscall.SIGTERM)
+		r.p = nil
+	}
+}
+
+// Close stops the server and removes its directory.
+func (r *Redis) Close() {
+	r.Stop()
+	os.RemoveAll(r.Dir)
+}
+
+// Output returns what the server printed since its last Start.
+func (r *Redis) Output() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.p == nil {
+		return ""
+	}
+	return r.p.out.String()
+}
