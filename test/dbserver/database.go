@@ -75,7 +75,7 @@ func databaseName(n int64, testName string) string {
 }
 
 // withAdmin opens driver/dsn, runs f on it and closes it.
-func withAdmin(ctx context.Context, driver, dsn string, f func(*sql.DB) error) error {
+func withAdmin(driver, dsn string, f func(*sql.DB) error) error {
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		return err

@@ -16,9 +16,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// servers are this package's shared servers; MariaDB's wait_timeout proves
-// that options reach the server.
-var servers = Shared{MariaDBOptions: []Option{WithVar("wait_timeout", "5")}}
+// servers are this package's shared servers; the options prove that
+// WithVar reaches each server (TestServerVars).
+var servers = Shared{
+	MariaDBOptions:  []Option{WithVar("wait_timeout", "5")},
+	PostgresOptions: []Option{WithVar("work_mem", "8MB")},
+	RedisOptions:    []Option{WithVar("hz", "20")},
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -162,13 +166,26 @@ func TestDatabasesAreFresh(t *testing.T) {
 	})
 }
 
+func TestServerVars(t *testing.T) {
+	ctx := context.Background()
+	var wait int
+	if err := servers.MariaDB(t).NewDatabase(t).Open(t).QueryRowContext(ctx, "SELECT @@GLOBAL.wait_timeout").Scan(&wait); err != nil || wait != 5 {
+		t.Errorf("@@GLOBAL.wait_timeout = %d, %v; want 5 from WithVar", wait, err)
+	}
+	var workMem string
+	if err := servers.Postgres(t).NewDatabase(t).Open(t).QueryRowContext(ctx, "SHOW work_mem").Scan(&workMem); err != nil || workMem != "8MB" {
+		t.Errorf("SHOW work_mem = %q, %v; want 8MB from WithVar", workMem, err)
+	}
+	c := servers.Redis(t).Client()
+	defer c.Close()
+	if got, err := c.ConfigGet(ctx, "hz").Result(); err != nil || got["hz"] != "20" {
+		t.Errorf("CONFIG GET hz = %v, %v; want 20 from WithVar", got, err)
+	}
+}
+
 func TestMariaDBWaitTimeout(t *testing.T) {
 	ctx := context.Background()
 	db := servers.MariaDB(t).NewDatabase(t).Open(t)
-	var global int
-	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.wait_timeout").Scan(&global); err != nil || global != 5 {
-		t.Fatalf("@@GLOBAL.wait_timeout = %d, %v; want 5 from WithVar", global, err)
-	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

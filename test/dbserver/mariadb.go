@@ -69,14 +69,14 @@ func NewMariaDB(ctx context.Context, opts ...Option) (*MySQL, error) {
 		return nil, fmt.Errorf("mariadb: %w", err)
 	}
 	m := &MySQL{User: "tc", Password: randomHex(12), DBName: "tc", Dir: dir, mariadbd: mariadbd}
-	if err := m.init(ctx, installDB, o); err != nil {
+	if err := m.initialize(ctx, installDB, o); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return m, nil
 }
 
-func (m *MySQL) init(ctx context.Context, installDB string, o options) error {
+func (m *MySQL) initialize(ctx context.Context, installDB string, o options) error {
 	for _, sub := range []string{"run", "tmp"} {
 		if err := os.Mkdir(filepath.Join(m.Dir, sub), 0o700); err != nil {
 			return fmt.Errorf("mariadb: %w", err)
@@ -115,7 +115,7 @@ func (m *MySQL) init(ctx context.Context, installDB string, o options) error {
 	if err != nil {
 		return err
 	}
-	err = withAdmin(ctx, "mysql", m.rootDSN(), func(db *sql.DB) error {
+	err = withAdmin("mysql", m.rootDSN(), func(db *sql.DB) error {
 		return execAll(ctx, db,
 			"CREATE DATABASE "+m.DBName,
 			fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY '%s'", m.User, m.Password),
@@ -170,7 +170,7 @@ func (m *MySQL) Start(ctx context.Context) error {
 	}
 	m.p = p
 	err = poll(ctx, p.exited, func(ctx context.Context) error {
-		return withAdmin(ctx, "mysql", m.rootDSN(), func(db *sql.DB) error { return db.PingContext(ctx) })
+		return withAdmin("mysql", m.rootDSN(), func(db *sql.DB) error { return db.PingContext(ctx) })
 	})
 	if err != nil {
 		m.stopLocked()
@@ -227,7 +227,7 @@ func (m *MySQL) NewDatabase(tb testing.TB) Database {
 	tb.Helper()
 	name := databaseName(m.dbs.Add(1), tb.Name())
 	ctx := context.Background()
-	err := withAdmin(ctx, "mysql", m.rootDSN(), func(db *sql.DB) error {
+	err := withAdmin("mysql", m.rootDSN(), func(db *sql.DB) error {
 		return execAll(ctx, db, "CREATE DATABASE "+name,
 			fmt.Sprintf("GRANT ALL PRIVILEGES ON %s.* TO '%s'@'%%'", name, m.User))
 	})

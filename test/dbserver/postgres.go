@@ -78,14 +78,14 @@ func NewPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	}
 	pg := &Postgres{User: "tc", Password: randomHex(12), DBName: "tc", Dir: dir,
 		postgres: postgres, superPassword: randomHex(12), as: as}
-	if err := pg.init(ctx, initdb, o); err != nil {
+	if err := pg.initialize(ctx, initdb, o); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return pg, nil
 }
 
-func (pg *Postgres) init(ctx context.Context, initdb string, o options) error {
+func (pg *Postgres) initialize(ctx context.Context, initdb string, o options) error {
 	pwfile := filepath.Join(pg.Dir, "superuser-password")
 	if err := os.WriteFile(pwfile, []byte(pg.superPassword+"\n"), 0o600); err != nil {
 		return fmt.Errorf("postgres: %w", err)
@@ -124,7 +124,7 @@ func (pg *Postgres) init(ctx context.Context, initdb string, o options) error {
 	if err != nil {
 		return err
 	}
-	err = withAdmin(ctx, "pgx", pg.adminDSN(), func(db *sql.DB) error {
+	err = withAdmin("pgx", pg.adminDSN(), func(db *sql.DB) error {
 		return execAll(ctx, db,
 			fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", pg.User, pg.Password),
 			fmt.Sprintf("CREATE DATABASE %s OWNER %s", pg.DBName, pg.User))
@@ -178,7 +178,7 @@ func (pg *Postgres) Start(ctx context.Context) error {
 	}
 	pg.p = p
 	err = poll(ctx, p.exited, func(ctx context.Context) error {
-		return withAdmin(ctx, "pgx", pg.adminDSN(), func(db *sql.DB) error { return db.PingContext(ctx) })
+		return withAdmin("pgx", pg.adminDSN(), func(db *sql.DB) error { return db.PingContext(ctx) })
 	})
 	if err != nil {
 		pg.stopLocked()
@@ -231,7 +231,7 @@ func (pg *Postgres) NewDatabase(tb testing.TB) Database {
 	tb.Helper()
 	name := databaseName(pg.dbs.Add(1), tb.Name())
 	ctx := context.Background()
-	err := withAdmin(ctx, "pgx", pg.adminDSN(), func(db *sql.DB) error {
+	err := withAdmin("pgx", pg.adminDSN(), func(db *sql.DB) error {
 		return execAll(ctx, db, fmt.Sprintf("CREATE DATABASE %s OWNER %s", name, pg.User))
 	})
 	if err != nil {
