@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -209,16 +210,88 @@ func TestS3ProblemsInHealth(t *testing.T) {
 	}
 }
 
+// TestS3DownMidUploadFallsBack: S3 goes away in the middle of an upload
+// (the proxy in front of it drops every connection and refuses new ones):
+// the build still ends BUILT, with the local artifact only, as upstream.
+// The fs backend, whose root can no longer be written, fails the job
+// instead.
+func TestS3DownMidUploadFallsBack(t *testing.T) {
+	t.Parallel()
+	srv := s3srv.Get(t)
+	cm := startCubeMaster(t, testToken)
+	reg := images.StartRegistry(t, nil)
+	ref := reg.Push(t, "s3/down:v1", images.New(t, images.Config{}, images.Layer{Tar: randomImage(t, 24<<20)}))
+	proxy := startStallingProxy(t, srv.Endpoint, 12<<20)
+	h := newHarness(t, cm.URL(), testToken)
+	h.set("registry.insecure", []string{reg.Host})
+	h.set("artifact_store.part_size", "5MiB")
+	h.set("artifact_store.attempts", 2)
+	for k, v := range s3Env(srv, proxy.addr, "down") {
+		h.env[k] = v
+	}
+	agent := h.startAgent("agent (S3 goes down)")
+	submitPlain(t, h.baseURL(), "s3-down", ref)
+	proxy.waitStalled(t)
+	proxy.kill()
+	cb := waitTerminal(t, cm, "s3-down")
+	if cb.Field("status") != "BUILT" || cb.Field("storage_backend") != "" || cb.Field("object_key") != "" || cb.Field("artifact_url") != "" {
+		t.Errorf("terminal report = %v, want BUILT with the local artifact only", cb.Body)
+	}
+	if _, err := os.Stat(cb.Field("ext4_path")); err != nil {
+		t.Errorf("the local artifact of a fallback is missing: %v", err)
+	}
+	if v, err := scrapeMetric(h.baseURL(), "cube_templatecenter_blobstore_fallbacks_total"); err != nil || v != 1 {
+		t.Errorf("fallbacks metric = %v, %v; want 1", v, err)
+	}
+	agent.stop(t)
+
+	fsh := newHarness(t, cm.URL(), testToken)
+	fsh.set("registry.insecure", []string{reg.Host})
+	root := filepath.Join(t.TempDir(), "blobs")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fsh.env["CUBE_ARTIFACT_STORE_BACKEND"] = "fs"
+	fsh.env["CUBE_ARTIFACT_STORE_FS_ROOT"] = root
+	fsAgent := fsh.startAgent("agent (broken fs blob store)")
+	// The root breaks while the agent runs: it becomes a file.
+	if err := os.Remove(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	submitPlain(t, fsh.baseURL(), "fs-broken", ref)
+	cb = waitTerminal(t, cm, "fs-broken")
+	if cb.Field("status") != "FAILED" || cb.Field("phase") != "BUILDING_EXT4" {
+		t.Errorf("terminal report = %v, want FAILED in BUILDING_EXT4", cb.Body)
+	}
+	fsAgent.stop(t)
+}
+
 // stallingProxy forwards TCP to an upstream, and once more than after
 // bytes went upstream it stops forwarding until released.
 type stallingProxy struct {
 	addr    string
+	ln      net.Listener
 	mu      sync.Mutex
+	conns   []net.Conn
 	sent    int64
 	after   int64
 	stalled chan struct{}
 	once    sync.Once
 	go_     chan struct{}
+}
+
+// kill drops every connection and refuses new ones: the upstream is gone.
+func (p *stallingProxy) kill() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.release()
 }
 
 func startStallingProxy(t *testing.T, upstream string, after int64) *stallingProxy {
@@ -227,7 +300,7 @@ func startStallingProxy(t *testing.T, upstream string, after int64) *stallingPro
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &stallingProxy{addr: ln.Addr().String(), after: after, stalled: make(chan struct{}), go_: make(chan struct{})}
+	p := &stallingProxy{addr: ln.Addr().String(), ln: ln, after: after, stalled: make(chan struct{}), go_: make(chan struct{})}
 	t.Cleanup(func() { ln.Close(); p.release() })
 	go func() {
 		for {
@@ -248,6 +321,9 @@ func (p *stallingProxy) serve(c net.Conn, upstream string) {
 		return
 	}
 	defer u.Close()
+	p.mu.Lock()
+	p.conns = append(p.conns, c, u)
+	p.mu.Unlock()
 	go io.Copy(c, u)
 	buf := make([]byte, 32<<10)
 	for {
