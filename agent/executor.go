@@ -500,6 +500,7 @@ func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Buil
 	if r.phaseNow() != api.PhaseBuildingExt4 {
 		r.setPhase(ctx, api.PhaseBuildingExt4, progressUploadStart)
 	}
+	r.onProgress(rootfs.Progress{Percent: progressUploadStart})
 	out, err := e.objects.ensure(ctx, built, func(share float64) {
 		r.onProgress(rootfs.Progress{Percent: progressUploadStart + int(share*(progressUploadEnd-progressUploadStart))})
 	})

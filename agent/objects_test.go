@@ -21,6 +21,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
 )
 
@@ -293,5 +294,56 @@ func TestDeleteWithObjectStoreDownKeepsLocal(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(h.cfg.Store.Dir, id, id+".ext4")); err != nil {
 		t.Errorf("the local artifact is gone after a failed delete: %v", err)
+	}
+}
+
+// slowPut holds every Put until CubeMaster has seen three heartbeats with
+// an upload's progress: a double that only delays the real store.
+type slowPut struct {
+	blobstore.Store
+	wait func(ctx context.Context)
+}
+
+func (s slowPut) Put(ctx context.Context, key string, r io.Reader, size int64, sha string) error {
+	s.wait(ctx)
+	return s.Store.Put(ctx, key, r, size, sha)
+}
+
+// TestHeartbeatsDuringUpload: while the artifact uploads, the job goes on
+// sending RUNNING BUILDING_EXT4 reports, with progress past the image
+// build's and below 100, so CubeMaster's reaper sees a live job.
+func TestHeartbeatsDuringUpload(t *testing.T) {
+	store, _ := s3Store(t, nil)
+	h := newHarness(t, func(c *config.Config) { c.Build.HeartbeatInterval = 30 * time.Millisecond })
+	isUploadBeat := func(c cubemaster.Callback) bool {
+		return c.JobID == "upload" && c.Field("status") == "RUNNING" && c.Field("phase") == "BUILDING_EXT4" &&
+			c.Int("progress") >= progressUploadStart && c.Int("progress") < 100
+	}
+	h.objects = slowPut{Store: store, wait: func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		h.master.WaitFor(ctx, func(cbs []cubemaster.Callback) bool {
+			n := 0
+			for _, c := range cbs {
+				if isUploadBeat(c) {
+					n++
+				}
+			}
+			return n >= 3
+		})
+	}}
+	h.start()
+	h.submit("upload", "img")
+	if cb := h.terminal("upload"); cb.Field("storage_backend") != "s3" {
+		t.Fatalf("terminal report = %v, want BUILT in S3", cb.Body)
+	}
+	beats := 0
+	for _, c := range h.master.Callbacks("upload") {
+		if isUploadBeat(c) {
+			beats++
+		}
+	}
+	if beats < 3 {
+		t.Errorf("got %d heartbeats during the upload, want at least 3", beats)
 	}
 }
