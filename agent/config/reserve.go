@@ -20,7 +20,9 @@ func ParseReserve(s string) (Reserve, error) {
 	s = strings.TrimSpace(s)
 	if num, ok := strings.CutSuffix(s, "%"); ok {
 		p, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-		if err != nil || p < 0 || p > 100 {
+		// !(p >= 0 && p <= 100) also refuses NaN, which compares false
+		// with everything and would disable the reserve.
+		if err != nil || !(p >= 0 && p <= 100) {
 			return Reserve{}, fmt.Errorf("%q is not a percentage from 0%% to 100%%", s)
 		}
 		return Reserve{Percent: p}, nil
