@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -155,6 +156,12 @@ func ValidateImageRef(ref string) (ParsedRef, error) {
 	parsed, err := name.ParseReference(rest, opts...)
 	if err != nil {
 		return ParsedRef{}, fmt.Errorf("%w %q: %v", ErrInvalidRef, ref, err)
+	}
+	// name.ParseReference takes a leading or trailing '/' ("/x", "x/",
+	// "x/:tag") as an empty repository component, giving a name that no
+	// registry serves and that does not parse again.
+	if slices.Contains(strings.Split(parsed.Context().RepositoryStr(), "/"), "") {
+		return ParsedRef{}, fmt.Errorf("%w %q: empty path component", ErrInvalidRef, ref)
 	}
 	return ParsedRef{Kind: KindRegistry, Reference: parsed, PlainHTTP: plainHTTP}, nil
 }
