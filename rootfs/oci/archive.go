@@ -44,42 +44,75 @@ func (s archiveImages) resolve(ctx context.Context, pr ParsedRef, _ Source) (*Im
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer f.Close()
-	idx, err := indexTar(ctx, f)
+	a, err := readArchive(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	img, err := describe(pr.sourceName(), a.manifest, a.config)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	img.src = archiveSource{file: file, name: pr.sourceName(), members: a.members}
+	return img, nil
+}
+
+// archiveFile is what readArchive needs of a tarball: *os.File in
+// production, *bytes.Reader in the fuzz target.
+type archiveFile interface {
+	io.ReadSeeker
+	io.ReaderAt
+}
+
+// archive is the one image of a `docker save` tarball.
+type archive struct {
+	// manifest is the synthesized registry manifest (see resolve).
+	manifest []byte
+	// config is the image config as stored.
+	config []byte
+	// members locates each layer blob by digest hex.
+	members map[string]tarEntry
+}
+
+// readArchive reads the image of a `docker save` tarball: it indexes the
+// members, reads manifest.json and the config (each capped at maxMetaSize)
+// and synthesizes the manifest.
+func readArchive(ctx context.Context, f archiveFile) (archive, error) {
+	idx, err := indexTar(ctx, f)
+	if err != nil {
+		return archive{}, err
+	}
 	me, err := lookup(idx, "manifest.json")
 	if err != nil {
-		return nil, fmt.Errorf("%s: not a docker save archive: %w", what, err)
+		return archive{}, fmt.Errorf("not a docker save archive: %w", err)
 	}
 	raw, err := readMember(f, me)
 	if err != nil {
-		return nil, fmt.Errorf("%s: manifest.json: %w", what, err)
+		return archive{}, fmt.Errorf("manifest.json: %w", err)
 	}
 	var tm tarball.Manifest
 	if err := json.Unmarshal(raw, &tm); err != nil {
-		return nil, fmt.Errorf("%s: parse manifest.json: %w", what, err)
+		return archive{}, fmt.Errorf("parse manifest.json: %w", err)
 	}
 	if len(tm) != 1 {
 		var tags []string
 		for _, d := range tm {
 			tags = append(tags, d.RepoTags...)
 		}
-		return nil, fmt.Errorf("%s: %w: the archive holds %d images (tags: %s); save one image per archive",
-			what, ErrUnsupported, len(tm), strings.Join(tags, ", "))
+		return archive{}, fmt.Errorf("%w: the archive holds %d images (tags: %s); save one image per archive",
+			ErrUnsupported, len(tm), strings.Join(tags, ", "))
 	}
 	desc := tm[0]
 	ce, err := lookup(idx, desc.Config)
 	if err != nil {
-		return nil, fmt.Errorf("%s: config: %w", what, err)
+		return archive{}, fmt.Errorf("config: %w", err)
 	}
 	rawConfig, err := readMember(f, ce)
 	if err != nil {
-		return nil, fmt.Errorf("%s: config: %w", what, err)
+		return archive{}, fmt.Errorf("config: %w", err)
 	}
 	cf, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
 	if err != nil {
-		return nil, fmt.Errorf("%s: parse config: %w", what, err)
+		return archive{}, fmt.Errorf("parse config: %w", err)
 	}
 	csum := sha256.Sum256(rawConfig)
 	m := v1.Manifest{
@@ -95,7 +128,7 @@ func (s archiveImages) resolve(ctx context.Context, pr ParsedRef, _ Source) (*Im
 	for i, lpath := range desc.Layers {
 		e, err := lookup(idx, lpath)
 		if err != nil {
-			return nil, fmt.Errorf("%s: layer %d: %w", what, i, err)
+			return archive{}, fmt.Errorf("layer %d: %w", i, err)
 		}
 		var magic [layercodec.MagicLen]byte
 		n, _ := f.ReadAt(magic[:], e.off)
@@ -103,13 +136,13 @@ func (s archiveImages) resolve(ctx context.Context, pr ParsedRef, _ Source) (*Im
 		ld := v1.Descriptor{MediaType: codec.MediaType(), Size: e.size}
 		if codec == layercodec.Uncompressed {
 			if i >= len(cf.RootFS.DiffIDs) {
-				return nil, fmt.Errorf("%s: layer %d has no diff_id in the config", what, i)
+				return archive{}, fmt.Errorf("layer %d has no diff_id in the config", i)
 			}
 			ld.Digest = cf.RootFS.DiffIDs[i]
 		} else {
 			h := sha256.New()
 			if _, err := io.Copy(h, fsutil.ContextReader(ctx, io.NewSectionReader(f, e.off, e.size))); err != nil {
-				return nil, fmt.Errorf("%s: hash layer %d: %w", what, i, err)
+				return archive{}, fmt.Errorf("hash layer %d: %w", i, err)
 			}
 			ld.Digest = v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
 		}
@@ -118,14 +151,9 @@ func (s archiveImages) resolve(ctx context.Context, pr ParsedRef, _ Source) (*Im
 	}
 	rawManifest, err := json.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return archive{}, fmt.Errorf("encode manifest: %w", err)
 	}
-	img, err := describe(pr.sourceName(), rawManifest, rawConfig)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	img.src = archiveSource{file: file, name: pr.sourceName(), members: members}
-	return img, nil
+	return archive{manifest: rawManifest, config: rawConfig, members: members}, nil
 }
 
 var _ blobSource = archiveSource{}

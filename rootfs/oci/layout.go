@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -48,49 +49,13 @@ func (s layoutImages) resolve(ctx context.Context, pr ParsedRef, _ Source) (*Ima
 	if err != nil {
 		return nil, fmt.Errorf("%s: not an OCI image layout: %w", what, err)
 	}
-	ii, err := lp.ImageIndex()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	top, err := ii.IndexManifest()
+	top, err := readLayoutIndex(ctx, lp)
 	if err != nil {
 		return nil, fmt.Errorf("%s: read index.json: %w", what, err)
 	}
-
-	var desc v1.Descriptor
-	switch {
-	case pr.Digest != "":
-		h, err := v1.NewHash(pr.Digest)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		desc = v1.Descriptor{Digest: h, Size: -1}
-		for _, d := range top.Manifests {
-			if d.Digest == h {
-				desc = d
-				break
-			}
-		}
-	case pr.Tag != "":
-		var matches []v1.Descriptor
-		for _, d := range top.Manifests {
-			if d.Annotations[refNameAnnotation] == pr.Tag {
-				matches = append(matches, d)
-			}
-		}
-		if desc, err = pickLayoutEntry(matches, s.platform, what); err != nil {
-			if len(matches) == 0 {
-				return nil, fmt.Errorf("%s: %w: no entry of index.json is tagged %q (tags: %s)", what, ErrNotFound, pr.Tag, layoutTags(top))
-			}
-			return nil, err
-		}
-	default:
-		if desc, err = pickLayoutEntry(top.Manifests, s.platform, what); err != nil {
-			if len(top.Manifests) == 0 {
-				return nil, fmt.Errorf("%s: %w: index.json lists no image", what, ErrNotFound)
-			}
-			return nil, fmt.Errorf("%s: name one image with :TAG or @DIGEST (tags: %s): %w", what, layoutTags(top), err)
-		}
+	desc, err := chooseLayoutEntry(top, pr, s.platform, what)
+	if err != nil {
+		return nil, err
 	}
 
 	for depth := 0; ; depth++ {
@@ -132,6 +97,74 @@ func (s layoutImages) resolve(ctx context.Context, pr ParsedRef, _ Source) (*Ima
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
+}
+
+// chooseLayoutEntry picks the index.json entry pr names: by digest (any
+// blob of the layout, listed or not), by tag, or the only image.
+func chooseLayoutEntry(top *v1.IndexManifest, pr ParsedRef, platform v1.Platform, what string) (v1.Descriptor, error) {
+	switch {
+	case pr.Digest != "":
+		h, err := v1.NewHash(pr.Digest)
+		if err != nil {
+			return v1.Descriptor{}, fmt.Errorf("%s: %w", what, err)
+		}
+		for _, d := range top.Manifests {
+			if d.Digest == h {
+				return d, nil
+			}
+		}
+		return v1.Descriptor{Digest: h, Size: -1}, nil
+	case pr.Tag != "":
+		var matches []v1.Descriptor
+		for _, d := range top.Manifests {
+			if d.Annotations[refNameAnnotation] == pr.Tag {
+				matches = append(matches, d)
+			}
+		}
+		desc, err := pickLayoutEntry(matches, platform, what)
+		if err != nil && len(matches) == 0 {
+			return v1.Descriptor{}, fmt.Errorf("%s: %w: no entry of index.json is tagged %q (tags: %s)", what, ErrNotFound, pr.Tag, layoutTags(top))
+		}
+		return desc, err
+	default:
+		desc, err := pickLayoutEntry(top.Manifests, platform, what)
+		if err != nil {
+			if len(top.Manifests) == 0 {
+				return v1.Descriptor{}, fmt.Errorf("%s: %w: index.json lists no image", what, ErrNotFound)
+			}
+			return v1.Descriptor{}, fmt.Errorf("%s: name one image with :TAG or @DIGEST (tags: %s): %w", what, layoutTags(top), err)
+		}
+		return desc, nil
+	}
+}
+
+// readLayoutIndex reads the index.json of a layout, at most maxMetaSize
+// bytes: a layout copied from elsewhere may hold anything, and
+// go-containerregistry's ImageIndex reads the file whole, however large.
+func readLayoutIndex(ctx context.Context, lp layout.Path) (*v1.IndexManifest, error) {
+	f, err := os.Open(filepath.Join(string(lp), "index.json"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(fsutil.ContextReader(ctx, f), maxMetaSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxMetaSize {
+		return nil, fmt.Errorf("%w: index.json is larger than %d bytes", ErrUnsupported, maxMetaSize)
+	}
+	return parseLayoutIndex(raw)
+}
+
+// parseLayoutIndex parses the content of index.json (a whole JSON value,
+// as go-containerregistry's layout reader takes it).
+func parseLayoutIndex(raw []byte) (*v1.IndexManifest, error) {
+	var im v1.IndexManifest
+	if err := json.Unmarshal(raw, &im); err != nil {
+		return nil, err
+	}
+	return &im, nil
 }
 
 // pickLayoutEntry chooses among index.json entries: the only one, or by

@@ -333,3 +333,70 @@ func TestDockerArchiveMultiImage(t *testing.T) {
 		t.Fatalf("Resolve of a two-image archive: error = %v, want ErrUnsupported listing the tags", err)
 	}
 }
+
+// TestLocalMetadataCaps checks that index.json and the members of a
+// docker-archive read whole are capped at maxMetaSize, and that a member
+// whose header claims more than the tarball holds is an error (found by
+// the tar index, or by readMember), never a buffer of the claimed size.
+func TestLocalMetadataCaps(t *testing.T) {
+	root := t.TempDir()
+	p := newTestPuller(t, Options{LocalRoots: []string{root}})
+	resolve := func(ref string) error {
+		_, err := p.Resolve(context.Background(), Source{Ref: ref})
+		return err
+	}
+
+	t.Run("LayoutIndex", func(t *testing.T) {
+		dir := filepath.Join(root, "big-index")
+		writeLayout(t, dir, map[string]v1.Image{"": testImage(t, 1, 256)})
+		raw, err := os.ReadFile(filepath.Join(dir, "index.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Valid JSON, padded past the cap with whitespace.
+		big := append(raw, strings.Repeat(" ", maxMetaSize+1-len(raw))...)
+		if err := os.WriteFile(filepath.Join(dir, "index.json"), big, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := resolve("oci-layout:" + dir); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "index.json is larger than") {
+			t.Fatalf("Resolve of a layout with a %d-byte index.json: error = %v, want ErrUnsupported naming the cap", len(big), err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "index.json"), big[:maxMetaSize], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := resolve("oci-layout:" + dir); err != nil {
+			t.Fatalf("Resolve of a layout with an index.json of exactly the cap: %v", err)
+		}
+	})
+
+	writeArchive := func(t *testing.T, name string, hdr *tar.Header, body []byte) string {
+		t.Helper()
+		file := filepath.Join(root, name)
+		f, err := os.Create(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		tw := tar.NewWriter(f)
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(body); err != nil { // raw, so the body may fall short of hdr.Size
+			t.Fatal(err)
+		}
+		return file
+	}
+	t.Run("ArchiveManifest", func(t *testing.T) {
+		body := []byte(`[]` + strings.Repeat(" ", maxMetaSize-1))
+		file := writeArchive(t, "big-manifest.tar", &tar.Header{Name: "manifest.json", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}, body)
+		if err := resolve("docker-archive:" + file); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "larger than") {
+			t.Fatalf("Resolve of an archive with a %d-byte manifest.json: error = %v, want ErrUnsupported naming the cap", len(body), err)
+		}
+	})
+	t.Run("ArchiveTruncatedMember", func(t *testing.T) {
+		file := writeArchive(t, "short-manifest.tar", &tar.Header{Name: "manifest.json", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1 << 20}, []byte(`[]`))
+		if err := resolve("docker-archive:" + file); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("Resolve of an archive whose manifest.json is cut short: error = %v, want a truncation error", err)
+		}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"strings"
 )
@@ -20,7 +19,7 @@ type tarEntry struct {
 // indexTar maps the members of a tarball to their data offsets, so members
 // can be read in any order without rescanning. archive/tar reads exactly the
 // header blocks, so the file offset after Next is the start of the data.
-func indexTar(ctx context.Context, f *os.File) (map[string]tarEntry, error) {
+func indexTar(ctx context.Context, f io.ReadSeeker) (map[string]tarEntry, error) {
 	out := make(map[string]tarEntry)
 	tr := tar.NewReader(f)
 	for {
@@ -73,13 +72,19 @@ func lookup(idx map[string]tarEntry, n string) (tarEntry, error) {
 	return tarEntry{}, fmt.Errorf("%w: too many links at %s", ErrUnsupported, n)
 }
 
-func readMember(f *os.File, e tarEntry) ([]byte, error) {
+// readMember reads a small member whole: at most maxMetaSize bytes, and
+// only what the file holds (a header may claim more than a truncated
+// tarball has), so memory follows the data, not the claim.
+func readMember(f io.ReaderAt, e tarEntry) ([]byte, error) {
 	if e.size > maxMetaSize {
-		return nil, fmt.Errorf("%w: member of %d bytes is too large", ErrUnsupported, e.size)
+		return nil, fmt.Errorf("%w: member of %d bytes is larger than %d bytes", ErrUnsupported, e.size, maxMetaSize)
 	}
-	b := make([]byte, e.size)
-	if _, err := f.ReadAt(b, e.off); err != nil {
+	b, err := io.ReadAll(io.NewSectionReader(f, e.off, e.size))
+	if err != nil {
 		return nil, err
+	}
+	if int64(len(b)) != e.size {
+		return nil, fmt.Errorf("member truncated: %d of %d bytes: %w", len(b), e.size, io.ErrUnexpectedEOF)
 	}
 	return b, nil
 }
