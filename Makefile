@@ -74,3 +74,4 @@ clean:
 include packaging/packaging.mk
 include bench/bench.mk
 include test/tools.mk
+include test/fuzz.mk

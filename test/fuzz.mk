@@ -1,0 +1,40 @@
+# Native Go fuzzing; the top-level Makefile includes this file
+# (include test/fuzz.mk).
+#
+#   make fuzz                 runs every fuzz target for FUZZTIME each
+#   make fuzz FUZZTIME=10s    what CI runs after make test
+#
+# go test runs one fuzz target per invocation, so the targets run in turn;
+# the first crasher stops make fuzz with an error, and go test writes the
+# input under the package's testdata/fuzz/FuzzName/, where it becomes part
+# of the seed corpus that make test runs once the bug is fixed.
+
+# Keep the includer's default goal, whether this file is included before or
+# after its first rule.
+tc_fuzz_saved_goal := $(.DEFAULT_GOAL)
+
+GO       ?= go
+FUZZTIME ?= 30s
+
+# FUZZ_TARGETS lists package:FuzzName pairs.
+FUZZ_TARGETS := \
+	./rootfs/flatten:FuzzApplyLayer \
+	./agent/api:FuzzParseBuild \
+	./rootfs/oci:FuzzValidateImageRef \
+	./rootfs/oci:FuzzReadArchive \
+	./rootfs/oci:FuzzLayoutIndex \
+	./agent/config:FuzzParseByteSize \
+	./agent/config:FuzzParseReserve \
+	./rootfs/inspect:FuzzOpen
+
+.PHONY: fuzz
+
+## fuzz: run each fuzz target for FUZZTIME (default 30s); a crasher fails.
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "fuzz $$name in $$pkg for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
+.DEFAULT_GOAL := $(tc_fuzz_saved_goal)
