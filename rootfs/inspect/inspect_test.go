@@ -3,6 +3,8 @@ package inspect
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -157,4 +159,59 @@ func TestReadsWhatTheWriterWrites(t *testing.T) {
 	if _, err := im.ReadFile("/zero-tail"); err == nil || !strings.Contains(err.Error(), "sparse") {
 		t.Errorf("ReadFile(/zero-tail) = %v, want the sparse-file refusal", err)
 	}
+}
+
+// TestOpenRejectsBadSuperblock feeds Open images of the project's writer
+// whose superblock (checksum kept valid) claims what go-diskfs would
+// trust: each must fail with ErrNotImage before go-diskfs allocates or
+// indexes anything from it.
+func TestOpenRejectsBadSuperblock(t *testing.T) {
+	base := writerImage(t, 0)
+	if im, err := Open(base.file(t, t.TempDir())); err != nil {
+		t.Fatalf("Open of the unmodified image: %v", err)
+	} else {
+		im.Close()
+	}
+	put32 := func(off int, v uint32) func([]byte) {
+		return func(sb []byte) { binary.LittleEndian.PutUint32(sb[off:], v) }
+	}
+	put16 := func(off int, v uint16) func([]byte) {
+		return func(sb []byte) { binary.LittleEndian.PutUint16(sb[off:], v) }
+	}
+	for _, c := range []struct {
+		name   string
+		mutate func(sb []byte)
+		want   string
+	}{
+		{"Magic", put16(0x38, 0x1234), "no ext4 magic"},
+		{"BlockSize", put32(0x18, 7), "block size"},
+		{"Bigalloc", put32(0x1C, 4), "bigalloc"},
+		{"MetaBg", put32(0x60, 0x2|0x40|0x80|0x200|0x10), "unsupported incompatible features"},
+		{"BlocksBeyondFile", put32(0x04, 1<<31), "do not fit"},
+		{"BlocksHigh", put32(0x150, 1), "do not fit"},
+		{"NoBlocksPerGroup", put32(0x20, 0), "blocks per group"},
+		{"NoInodesPerGroup", put32(0x28, 0), "inodes per group"},
+		{"TooManyInodes", put32(0x00, 1<<31), "inodes for"},
+		{"InodeSize", put16(0x58, 100), "inode size"},
+		{"DescSize", put16(0xFE, 48), "group descriptor size"},
+		{"FirstDataBlock", put32(0x14, 1), "first data block"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img := base
+			img.head = bytes.Clone(base.head)
+			c.mutate(img.head[1024:2048])
+			img.head = fixChecksums(img.head)
+			_, err := Open(img.file(t, t.TempDir()))
+			if !errors.Is(err, ErrNotImage) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Open = %v, want ErrNotImage saying %q", err, c.want)
+			}
+		})
+	}
+	t.Run("TooSmall", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "small")
+		os.WriteFile(p, base.head[:1500], 0o644)
+		if _, err := Open(p); !errors.Is(err, ErrNotImage) {
+			t.Fatalf("Open of a 1500-byte file = %v, want ErrNotImage", err)
+		}
+	})
 }
