@@ -119,8 +119,8 @@ func (img fuzzImage) file(tb testing.TB, dir string) string {
 }
 
 // FuzzOpen opens arbitrary bytes as an image (head at 0, body at offset
-// at, holes up to size; the superblock and group descriptor checksums in
-// head fixed up, see fixChecksums) and lists, stats and reads what it can. Open,
+// at, holes up to size; the superblock, group descriptor and inode
+// checksums fixed up, see fixChecksums and fixInodeChecksums) and lists, stats and reads what it can. Open,
 // List, Stat and ReadFile must never panic or hang: the bytes are checked
 // before go-diskfs sees them, and what it still trips over comes back as
 // an error.
@@ -137,7 +137,8 @@ func FuzzOpen(f *testing.F) {
 		if at < 0 || size < 0 || at+int64(len(body)) > maxFuzzSize || size > maxFuzzSize {
 			return
 		}
-		im, err := Open(fuzzImage{fixChecksums(head), at, body, size}.file(t, t.TempDir()))
+		head = fixChecksums(head)
+		im, err := Open(fuzzImage{head, at, fixInodeChecksums(head, at, body), size}.file(t, t.TempDir()))
 		if err != nil {
 			return
 		}
@@ -189,6 +190,69 @@ func fixChecksums(head []byte) []byte {
 		}
 	}
 	le.PutUint32(sb[0x3FC:], crc32c(^uint32(0), sb[:0x3FC]))
+	return out
+}
+
+// fixInodeChecksums returns a copy of body (at offset at of the image
+// whose start is head, checksums fixed) with the checksum of every inode
+// it holds recomputed, locating inode tables through the group
+// descriptors in head: go-diskfs verifies inode checksums too.
+func fixInodeChecksums(head []byte, at int64, body []byte) []byte {
+	out := bytes.Clone(body)
+	if len(head) < 2048 {
+		return out
+	}
+	le := binary.LittleEndian
+	sb := head[1024:2048]
+	logBlock := le.Uint32(sb[0x18:])
+	if logBlock > 6 || le.Uint32(sb[0x4C:]) < 1 {
+		return out
+	}
+	blockSize := int64(1024) << logBlock
+	inodeSize := int64(le.Uint16(sb[0x58:]))
+	perGroup := int64(le.Uint32(sb[0x28:]))
+	if inodeSize < 160 || perGroup == 0 {
+		return out
+	}
+	seed := crc32c(^uint32(0), sb[0x68:0x78])
+	if le.Uint32(sb[0x60:])&0x2000 != 0 {
+		seed = le.Uint32(sb[0x270:])
+	}
+	descSize := int64(32)
+	if le.Uint32(sb[0x60:])&0x80 != 0 {
+		descSize = int64(le.Uint16(sb[0xFE:]))
+	}
+	gdt := blockSize
+	if blockSize == 1024 {
+		gdt = 2048
+	}
+	if descSize < 0x2C {
+		return out
+	}
+	for g := int64(0); g < 64 && gdt+(g+1)*descSize <= int64(len(head)); g++ {
+		d := head[gdt+g*descSize:]
+		table := (int64(le.Uint32(d[0x08:])) | int64(le.Uint32(d[0x28:]))<<32) * blockSize
+		if table < 0 || table > at+int64(len(out)) {
+			continue
+		}
+		first := max(int64(0), (at-table+inodeSize-1)/inodeSize)
+		for i := first; i < perGroup; i++ {
+			off := table + i*inodeSize - at
+			if off+inodeSize > int64(len(out)) {
+				break
+			}
+			in := out[off : off+inodeSize]
+			le.PutUint16(in[0x7C:], 0)
+			le.PutUint16(in[0x82:], 0)
+			var b [4]byte
+			le.PutUint32(b[:], uint32(g*perGroup+i+1))
+			c := crc32c(seed, b[:])
+			c = crc32c(c, in[0x64:0x68]) // i_generation
+			c = crc32c(c, in)
+			le.PutUint16(in[0x7C:], uint16(c))
+			le.PutUint16(in[0x82:], uint16(c>>16))
+		}
+	}
 	return out
 }
 
