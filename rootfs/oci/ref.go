@@ -121,8 +121,8 @@ func displayRepo(repo name.Repository) string {
 // ValidateImageRef checks an image reference the way upstream does and parses
 // it. Registry references may carry a docker://, https:// or http:// prefix
 // (http:// selects a plain-HTTP registry); the rest must match
-// ^[A-Za-z0-9._:/@-]+$, must not start with '-' and must parse with
-// name.ParseReference. The offline forms oci-layout:PATH[:TAG|@DIGEST] and
+// ^[A-Za-z0-9._:/@-]+$, must not start with '-', must have no empty path
+// component ("a//b", "/a", "a/") and must parse with name.ParseReference. The offline forms oci-layout:PATH[:TAG|@DIGEST] and
 // docker-archive:PATH take an absolute, clean PATH in the same character set.
 func ValidateImageRef(ref string) (ParsedRef, error) {
 	if ref == "" {
