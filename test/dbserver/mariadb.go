@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -47,8 +46,7 @@ type MySQL struct {
 	mariadbd string
 	args     []string
 	dbs      atomic.Int64
-	mu       sync.Mutex
-	p        *proc
+	running
 }
 
 // NewMariaDB initializes a data directory in a new temporary directory,
@@ -68,7 +66,8 @@ func NewMariaDB(ctx context.Context, opts ...Option) (*MySQL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mariadb: %w", err)
 	}
-	m := &MySQL{User: "tc", Password: randomHex(12), DBName: "tc", Dir: dir, mariadbd: mariadbd}
+	m := &MySQL{User: "tc", Password: randomHex(12), DBName: "tc", Dir: dir, mariadbd: mariadbd,
+		running: running{stopSig: syscall.SIGTERM, dir: dir}}
 	if err := m.initialize(ctx, installDB, o); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -177,37 +176,6 @@ func (m *MySQL) Start(ctx context.Context) error {
 		return fmt.Errorf("start mariadb on %s: %w; output:\n%s", m.Addr, err, p.out.String())
 	}
 	return nil
-}
-
-// Stop ends the server (SIGTERM, then SIGKILL after 10 s), keeping its data;
-// Start brings it back on the same address.
-func (m *MySQL) Stop() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.stopLocked()
-}
-
-func (m *MySQL) stopLocked() {
-	if m.p != nil {
-		m.p.stop(syscall.SIGTERM)
-		m.p = nil
-	}
-}
-
-// Close stops the server and removes its directory.
-func (m *MySQL) Close() {
-	m.Stop()
-	os.RemoveAll(m.Dir)
-}
-
-// Output returns what the server printed since its last Start.
-func (m *MySQL) Output() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.p == nil {
-		return ""
-	}
-	return m.p.out.String()
 }
 
 // DSN connects to DBName as User with github.com/go-sql-driver/mysql.

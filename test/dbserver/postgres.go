@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -49,8 +48,7 @@ type Postgres struct {
 	args          []string
 	as            *serverUser
 	dbs           atomic.Int64
-	mu            sync.Mutex
-	p             *proc
+	running
 }
 
 // NewPostgres runs initdb into a new temporary directory, starts postgres on
@@ -77,7 +75,9 @@ func NewPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	pg := &Postgres{User: "tc", Password: randomHex(12), DBName: "tc", Dir: dir,
-		postgres: postgres, superPassword: randomHex(12), as: as}
+		postgres: postgres, superPassword: randomHex(12), as: as,
+		// A fast shutdown: SIGTERM would wait for every client to disconnect.
+		running: running{stopSig: syscall.SIGINT, dir: dir}}
 	if err := pg.initialize(ctx, initdb, o); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -185,38 +185,6 @@ func (pg *Postgres) Start(ctx context.Context) error {
 		return fmt.Errorf("start postgres on %s: %w; output:\n%s", pg.Addr, err, p.out.String())
 	}
 	return nil
-}
-
-// Stop ends the server with a fast shutdown (SIGINT: SIGTERM would wait for
-// every client to disconnect), then SIGKILL after 10 s, keeping its data;
-// Start brings it back on the same address.
-func (pg *Postgres) Stop() {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	pg.stopLocked()
-}
-
-func (pg *Postgres) stopLocked() {
-	if pg.p != nil {
-		pg.p.stop(syscall.SIGINT)
-		pg.p = nil
-	}
-}
-
-// Close stops the server and removes its directory.
-func (pg *Postgres) Close() {
-	pg.Stop()
-	os.RemoveAll(pg.Dir)
-}
-
-// Output returns what the server printed since its last Start.
-func (pg *Postgres) Output() string {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
-	if pg.p == nil {
-		return ""
-	}
-	return pg.p.out.String()
 }
 
 // DSN connects to DBName as User with github.com/jackc/pgx/v5/stdlib.

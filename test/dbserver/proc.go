@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -197,4 +198,45 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// running is what every server keeps of its process: the one of the current
+// Start, guarded by mu, the signal that stops it, and the directory Close
+// removes.
+type running struct {
+	mu      sync.Mutex
+	p       *proc
+	stopSig os.Signal
+	dir     string
+}
+
+// Stop ends the server (its stop signal, then SIGKILL after 10 s), keeping
+// its data; Start brings it back on the same address.
+func (s *running) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+}
+
+func (s *running) stopLocked() {
+	if s.p != nil {
+		s.p.stop(s.stopSig)
+		s.p = nil
+	}
+}
+
+// Close stops the server and removes its directory.
+func (s *running) Close() {
+	s.Stop()
+	os.RemoveAll(s.dir)
+}
+
+// Output returns what the server printed since its last Start.
+func (s *running) Output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		return ""
+	}
+	return s.p.out.String()
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -27,8 +26,7 @@ type Redis struct {
 
 	binary string
 	args   []string
-	mu     sync.Mutex
-	p      *proc
+	running
 }
 
 // NewRedis starts redis-server on a free loopback port with a password, no
@@ -44,7 +42,7 @@ func NewRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	r := &Redis{Password: randomHex(12), Dir: dir, binary: bin}
+	r := &Redis{Password: randomHex(12), Dir: dir, binary: bin, running: running{stopSig: syscall.SIGTERM, dir: dir}}
 	// The password goes in as an argument: visible in ps, harmless for a
 	// throwaway password on a test machine.
 	r.args = []string{"--bind", "127.0.0.1", "--requirepass", r.Password, "--save", "",
@@ -109,35 +107,4 @@ func (r *Redis) Start(ctx context.Context) error {
 		return fmt.Errorf("start redis on %s: %w; output:\n%s", r.Addr, err, p.out.String())
 	}
 	return nil
-}
-
-// Stop ends the server (SIGTERM, then SIGKILL after 10 s); Start brings it
-// back, empty, on the same address.
-func (r *Redis) Stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stopLocked()
-}
-
-func (r *Redis) stopLocked() {
-	if r.p != nil {
-		r.p.stop(syscall.SIGTERM)
-		r.p = nil
-	}
-}
-
-// Close stops the server and removes its directory.
-func (r *Redis) Close() {
-	r.Stop()
-	os.RemoveAll(r.Dir)
-}
-
-// Output returns what the server printed since its last Start.
-func (r *Redis) Output() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.p == nil {
-		return ""
-	}
-	return r.p.out.String()
 }
