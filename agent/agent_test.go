@@ -423,29 +423,13 @@ func TestHeartbeatsDuringSlowBuild(t *testing.T) {
 	}
 	// The build lasts until CubeMaster has seen three reports of it, or 10 s.
 	h.builder.beforePublish = func(ctx context.Context, spec rootfs.Spec) error {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		h.master.WaitFor(ctx, func(cbs []cubemaster.Callback) bool {
-			n := 0
-			for _, c := range cbs {
-				if isBeat(c) {
-					n++
-				}
-			}
-			return n >= 3
-		})
+		h.waitCallbacks(ctx, isBeat, 3)
 		return nil
 	}
 	h.start()
 	h.submit("slow", "img")
 	h.terminal("slow")
-	beats := 0
-	for _, c := range h.master.Callbacks("slow") {
-		if isBeat(c) {
-			beats++
-		}
-	}
-	if beats < 3 {
+	if beats := countCallbacks(h.master.Callbacks("slow"), isBeat); beats < 3 {
 		t.Errorf("got %d RUNNING/BUILDING_EXT4 reports during a 10s build with a 30ms heartbeat, want several", beats)
 	}
 }
@@ -995,4 +979,23 @@ func TestStopLoopsWaitsForThem(t *testing.T) {
 			t.Fatal("stop did not return after every loop returned")
 		}
 	})
+}
+
+// countCallbacks counts the callbacks for which match holds.
+func countCallbacks(cbs []cubemaster.Callback, match func(cubemaster.Callback) bool) int {
+	n := 0
+	for _, c := range cbs {
+		if match(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitCallbacks waits, for up to 10 s or until ctx ends, until CubeMaster
+// has seen n callbacks for which match holds.
+func (h *harness) waitCallbacks(ctx context.Context, match func(cubemaster.Callback) bool, n int) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	h.master.WaitFor(ctx, func(cbs []cubemaster.Callback) bool { return countCallbacks(cbs, match) >= n })
 }

@@ -319,31 +319,13 @@ func TestHeartbeatsDuringUpload(t *testing.T) {
 		return c.JobID == "upload" && c.Field("status") == "RUNNING" && c.Field("phase") == "BUILDING_EXT4" &&
 			c.Int("progress") >= progressUploadStart && c.Int("progress") < 100
 	}
-	h.objects = slowPut{Store: store, wait: func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		h.master.WaitFor(ctx, func(cbs []cubemaster.Callback) bool {
-			n := 0
-			for _, c := range cbs {
-				if isUploadBeat(c) {
-					n++
-				}
-			}
-			return n >= 3
-		})
-	}}
+	h.objects = slowPut{Store: store, wait: func(ctx context.Context) { h.waitCallbacks(ctx, isUploadBeat, 3) }}
 	h.start()
 	h.submit("upload", "img")
 	if cb := h.terminal("upload"); cb.Field("storage_backend") != "s3" {
 		t.Fatalf("terminal report = %v, want BUILT in S3", cb.Body)
 	}
-	beats := 0
-	for _, c := range h.master.Callbacks("upload") {
-		if isUploadBeat(c) {
-			beats++
-		}
-	}
-	if beats < 3 {
+	if beats := countCallbacks(h.master.Callbacks("upload"), isUploadBeat); beats < 3 {
 		t.Errorf("got %d heartbeats during the upload, want at least 3", beats)
 	}
 }

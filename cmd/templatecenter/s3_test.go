@@ -68,6 +68,34 @@ func randomImage(t *testing.T, n int) []byte {
 	return images.TarOf(t, map[string]string{"data/blob": string(data)})
 }
 
+// stalledUpload is an agent installation S3-backed through a stalling
+// proxy, with an image whose upload takes several parts.
+type stalledUpload struct {
+	srv   *s3server.Server
+	cm    *cubemaster.Server
+	reg   *images.Registry
+	h     *harness
+	proxy *stallingProxy
+	ref   string
+}
+
+// newStalledUpload prepares the installation: artifacts go to srv under
+// prefix through a proxy that stalls once 12 MiB went up, 5 MiB parts, and
+// a 24 MiB incompressible image to build.
+func newStalledUpload(t *testing.T, prefix string) stalledUpload {
+	t.Helper()
+	u := stalledUpload{srv: s3srv.Get(t), cm: startCubeMaster(t, testToken), reg: images.StartRegistry(t, nil)}
+	u.ref = u.reg.Push(t, "s3/"+prefix+":v1", images.New(t, images.Config{}, images.Layer{Tar: randomImage(t, 24<<20)}))
+	u.proxy = startStallingProxy(t, u.srv.Endpoint, 12<<20)
+	u.h = newHarness(t, u.cm.URL(), testToken)
+	u.h.set("registry.insecure", []string{u.reg.Host})
+	u.h.set("artifact_store.part_size", "5MiB")
+	for k, v := range s3Env(u.srv, u.proxy.addr, prefix) {
+		u.h.env[k] = v
+	}
+	return u
+}
+
 // TestS3BackedBuildSurvivesKillMidUpload builds an image with the agent
 // S3-backed through a proxy that stalls the upload halfway, kills the agent
 // with SIGKILL there, and restarts it on the real endpoint: the job resumes
@@ -76,18 +104,8 @@ func randomImage(t *testing.T, n int) []byte {
 // no incomplete upload. Delete then removes object and directory.
 func TestS3BackedBuildSurvivesKillMidUpload(t *testing.T) {
 	t.Parallel()
-	srv := s3srv.Get(t)
-	cm := startCubeMaster(t, testToken)
-	reg := images.StartRegistry(t, nil)
-	ref := reg.Push(t, "s3/random:v1", images.New(t, images.Config{}, images.Layer{Tar: randomImage(t, 24<<20)}))
-	proxy := startStallingProxy(t, srv.Endpoint, 12<<20)
-
-	h := newHarness(t, cm.URL(), testToken)
-	h.set("registry.insecure", []string{reg.Host})
-	h.set("artifact_store.part_size", "5MiB")
-	for k, v := range s3Env(srv, proxy.addr, "blackbox") {
-		h.env[k] = v
-	}
+	u := newStalledUpload(t, "blackbox")
+	srv, cm, h, proxy, ref := u.srv, u.cm, u.h, u.proxy, u.ref
 	first := h.startAgent("agent (killed mid-upload)")
 	submitPlain(t, h.baseURL(), "s3-kill", ref)
 	line := first.waitLine(t, "uploading artifact")
@@ -217,18 +235,9 @@ func TestS3ProblemsInHealth(t *testing.T) {
 // instead.
 func TestS3DownMidUploadFallsBack(t *testing.T) {
 	t.Parallel()
-	srv := s3srv.Get(t)
-	cm := startCubeMaster(t, testToken)
-	reg := images.StartRegistry(t, nil)
-	ref := reg.Push(t, "s3/down:v1", images.New(t, images.Config{}, images.Layer{Tar: randomImage(t, 24<<20)}))
-	proxy := startStallingProxy(t, srv.Endpoint, 12<<20)
-	h := newHarness(t, cm.URL(), testToken)
-	h.set("registry.insecure", []string{reg.Host})
-	h.set("artifact_store.part_size", "5MiB")
+	u := newStalledUpload(t, "down")
+	cm, h, proxy, ref, reg := u.cm, u.h, u.proxy, u.ref, u.reg
 	h.set("artifact_store.attempts", 2)
-	for k, v := range s3Env(srv, proxy.addr, "down") {
-		h.env[k] = v
-	}
 	agent := h.startAgent("agent (S3 goes down)")
 	submitPlain(t, h.baseURL(), "s3-down", ref)
 	proxy.waitStalled(t)
