@@ -25,6 +25,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
 )
 
 const (
@@ -100,6 +101,14 @@ func testCA(t *testing.T) string {
 }
 
 // envFile is the environment file pointing the agent at the stand-in.
+// s3Env is the environment lines that make the agent keep artifacts in
+// srv (upstream's variable names).
+func s3Env(srv *s3server.Server) string {
+	return "CUBE_S3_ENDPOINT=http://" + srv.Endpoint + "\nCUBE_S3_BUCKET=" + srv.Bucket +
+		"\nCUBE_S3_ACCESS_KEY_ID=" + srv.AccessKey + "\nCUBE_S3_SECRET_ACCESS_KEY=" + srv.SecretKey +
+		"\nCUBE_S3_REGION=us-east-1\nCUBE_S3_USE_PATH_STYLE=true\nCUBE_S3_ARTIFACT_PREFIX=system\n"
+}
+
 func (w *world) envFile() string {
 	return "CUBE_MASTER_ADDR=" + w.cm.URL() + "\nCUBE_TEMPLATE_CALLBACK_TOKEN=" + token + "\n"
 }
@@ -115,7 +124,11 @@ func (w *world) testConfig(shipped string) string {
 	if out == shipped {
 		w.t.Fatal("shipped conf.yaml lost its retry_initial/retry_max lines")
 	}
-	return out + "\nregistry:\n  insecure: [\"" + w.registryHost + "\"]\n"
+	withRegistry := strings.Replace(out, "\nregistry:\n", "\nregistry:\n  insecure: [\""+w.registryHost+"\"]\n", 1)
+	if withRegistry == out {
+		return out + "\nregistry:\n  insecure: [\"" + w.registryHost + "\"]\n"
+	}
+	return withRegistry
 }
 
 // health GETs /health.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
 )
 
 const (
@@ -45,8 +47,12 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	workDir = dir
+	defer s3srv.Close()
 	return m.Run()
 }
+
+// s3srv is the package's one S3 server on the host, started on first use.
+var s3srv s3server.Shared
 
 // build is one `make deb rpm` output.
 type build struct {
