@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -68,17 +67,6 @@ func (c Compression) MediaType() types.MediaType {
 	default:
 		return types.DockerUncompressedLayer
 	}
-}
-
-// NewGzipReader opens a gzip stream, multi-member streams included. It is
-// the only place a gzip inflater is made: every gzip layer read in rootfs
-// goes through it, so a faster inflater is plugged in here.
-func NewGzipReader(r io.Reader) (io.ReadCloser, error) {
-	zr, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, fmt.Errorf("gzip: %w", err)
-	}
-	return zr, nil
 }
 
 // NewZstdReader opens a zstd stream with a single-threaded, low-memory

@@ -3,6 +3,12 @@
 // matching decompressor, and reads a decoded stream ahead of its consumer on
 // a goroutine of its own.
 //
+// Gzip inflates with ISA-L when libisal.so.2 loads at run time (dlopen:
+// the binary does not link it, and runs without it), else with
+// klauspost/compress; CUBE_TEMPLATE_CENTER_INFLATE=go forces the latter,
+// and GzipBackend names the choice. Both check each member's CRC-32 and
+// size and reject anything after the last member that is not a member.
+//
 // It is the one home of layer codecs in rootfs: the builder decodes layers
 // with Decompress, the layer cache's zstd transcoder reads gzip with
 // NewGzipReader, and the offline image sources name layers with Detect.
