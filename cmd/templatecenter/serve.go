@@ -16,6 +16,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -48,7 +49,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	lv, _ := config.ParseLevel(cfg.Log.Level)
 	level.Set(lv)
 	logger := newLogger(stderr, cfg.Log.Format, level)
-	logger.Info("templatecenter", "version", Version, "pid", os.Getpid())
+	start := []any{"version", Version, "pid", os.Getpid(), "gzip_inflate", layercodec.GzipBackend()}
+	if why := layercodec.GzipBackendReason(); why != "" {
+		start = append(start, "gzip_inflate_reason", why) // why not ISA-L
+	}
+	logger.Info("templatecenter", start...)
 
 	ln, err := listener(cfg, logger)
 	if err != nil {
