@@ -12,7 +12,9 @@ BIN     := bin/templatecenter
 # and the root of the systemd-nspawn container the packaging suite boots),
 # systemd-container (systemd-nspawn), lintian, rpm, shellcheck and binutils
 # (package checks), mariadb-server, postgresql (15 on bookworm) and
-# redis-server (CubeMaster's database and Redis, for test/dbserver).
+# redis-server (CubeMaster's database and Redis, for test/dbserver),
+# libisal2 (ISA-L inflate, which make test expects to load) and
+# libisal-dev (its header, for the build).
 #
 # test/dbserver starts its own servers (loopback, free ports, temp dirs) and
 # never uses the services these packages install. Where PID 1 is systemd,
@@ -20,19 +22,28 @@ BIN     := bin/templatecenter
 # on their default ports: harmless to the tests, and `systemctl disable --now
 # mariadb postgresql redis-server` stops them. In a container without
 # systemd (CI, Docker's policy-rc.d) they are never started.
-TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server
+TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server libisal2 libisal-dev
 TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo mariadbd mariadb-install-db initdb postgres redis-server
 # Where Debian keeps PostgreSQL's server programs (initdb, postgres): not on
 # PATH; test/dbserver.PostgresBinDir says the same.
 PG_BINDIR     := /usr/lib/postgresql/15/bin
 
-.PHONY: all build demo test test-unit vet fmt-check tidy-check deps clean
+# The build compiles rootfs/layercodec's cgo file against ISA-L's header
+# (struct inflate_state); the binary dlopens libisal.so.2 at run time and
+# runs without it, so only the build needs libisal-dev.
+CC             ?= cc
+BUILD_PACKAGES := libisal-dev
+BUILD_HEADERS  := isa-l/igzip_lib.h
+# Shared libraries make test expects to load (TC_EXPECT_ISAL=1).
+TEST_LIBS      := libisal.so.2
+
+.PHONY: all build build-deps demo test test-unit test-no-isal vet fmt-check tidy-check deps clean
 
 all: build
 
 build: $(BIN)
 
-$(BIN): FORCE
+$(BIN): build-deps FORCE
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/templatecenter
 
 FORCE:
@@ -42,8 +53,14 @@ demo: build
 	$(GO) run ./cmd/tcdemo -templatecenter $(BIN) -out .demo
 
 ## test: everything CI runs (installs missing Debian test packages when root).
+## ISA-L must load: its tests fail rather than fall back to Go alone.
 test: deps tools fmt-check tidy-check vet
-	$(GO) test -count=1 -timeout 30m ./...
+	TC_EXPECT_ISAL=1 $(GO) test -count=1 -timeout 30m ./...
+
+## test-no-isal: the gzip readers' packages with the pure-Go inflater forced,
+## as on a machine without libisal2 (CI runs it after make test).
+test-no-isal: build-deps
+	env -u TC_EXPECT_ISAL CUBE_TEMPLATE_CENTER_INFLATE=go $(GO) test -count=1 -timeout 30m ./rootfs/layercodec ./rootfs/blobcache ./rootfs/
 
 test-unit:
 	$(GO) test -count=1 ./...
@@ -59,12 +76,23 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## deps: install the Debian packages the tests need, if any tool is missing.
-deps:
+## build-deps: install ISA-L's header (libisal-dev) when it is missing.
+build-deps:
+	@missing=""; for h in $(BUILD_HEADERS); do \
+	  echo "#include <$$h>" | $(CC) -E -x c - >/dev/null 2>&1 || missing="$$missing $$h"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "missing build headers:$$missing"; \
+	  if [ "$$(id -u)" -ne 0 ]; then echo "run as root, or: sudo apt-get install -y $(BUILD_PACKAGES)"; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BUILD_PACKAGES); \
+	fi
+
+## deps: install the Debian packages the tests need, if any tool or library is missing.
+deps: build-deps
 	@missing=""; for t in $(TEST_TOOLS); do \
 	  command -v $$t >/dev/null 2>&1 || [ -x /usr/sbin/$$t ] || [ -x /sbin/$$t ] || [ -x $(PG_BINDIR)/$$t ] || missing="$$missing $$t"; done; \
+	for l in $(TEST_LIBS); do /sbin/ldconfig -p | grep -q "^[[:space:]]*$$l " || missing="$$missing $$l"; done; \
 	if [ -n "$$missing" ]; then \
-	  echo "missing test tools:$$missing"; \
+	  echo "missing test tools or libraries:$$missing"; \
 	  if [ "$$(id -u)" -ne 0 ]; then echo "run as root, or: sudo apt-get install -y $(TEST_PACKAGES)"; exit 1; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEST_PACKAGES); \
 	fi

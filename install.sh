@@ -34,7 +34,9 @@ Usage: $PROG [OPTIONS]
        $PROG --uninstall [--purge] [--dry-run]
 
 Install CubeTemplateCenter as a socket-activated systemd service, or upgrade
-an existing install in place (the configuration is kept).
+an existing install in place (the configuration is kept). ISA-L
+(libisal.so.2, for faster gzip inflate) is installed with apt-get or dnf
+when missing; the agent runs without it if that fails.
 
 Options:
   --binary PATH         install this templatecenter binary (default: build
@@ -211,6 +213,41 @@ find_binary() {
 	"$binary" version >/dev/null 2>&1 || die "$binary does not run on this machine (\`$binary version\` failed)"
 }
 
+# --- ISA-L ------------------------------------------------------------------
+
+has_isal() {
+	{ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -q '^[[:space:]]*libisal\.so\.2 '
+}
+
+# install_isal installs ISA-L's shared library (libisal.so.2) with apt-get
+# or dnf: gzip layers then inflate 2-2.4x faster. The agent loads it at run
+# time and runs without it, so failing here is a note, never an error.
+install_isal() {
+	[ -z "$D" ] || return 0
+	if has_isal; then
+		return 0
+	fi
+	local cmd=()
+	if command -v apt-get >/dev/null 2>&1; then
+		cmd=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libisal2)
+	elif command -v dnf >/dev/null 2>&1; then
+		cmd=(dnf install -y -q isa-l)
+	else
+		note "ISA-L (libisal.so.2) is not installed and there is no apt-get or dnf: gzip layers inflate with the built-in, slower inflater"
+		return 0
+	fi
+	if $DRY_RUN; then
+		echo "would: install ISA-L for faster gzip inflate (${cmd[*]})"
+		return 0
+	fi
+	echo "+ install ISA-L for faster gzip inflate: ${cmd[*]}"
+	if "${cmd[@]}" && has_isal; then
+		DID+=("install ISA-L (libisal.so.2)")
+	else
+		note "could not install ISA-L (libisal.so.2): the agent runs without it, inflating gzip layers more slowly; install libisal2 (apt) or isa-l (dnf) later and restart it"
+	fi
+}
+
 # --- environment file -------------------------------------------------------
 
 # env_value FILE NAME...: the last value assigned to the first NAME set in
@@ -360,6 +397,7 @@ do_install() {
 		note "taking CUBE_MASTER_ADDR and CUBE_TEMPLATE_CALLBACK_TOKEN from $one_click_env"
 	fi
 
+	install_isal
 	act "install $binary as $D$BIN" install_file 0755 "$binary" "$BIN"
 	act "install $D$UNIT_DIR/$SOCKET" install_unit "$SOCKET"
 	act "install $D$UNIT_DIR/$SERVICE (ExecStart=$BIN serve)" install_unit "$SERVICE"

@@ -11,7 +11,10 @@
 # output stays a valid upstream version), and anything that does not start
 # with a number ("2", "1.4"), such as a bare commit hash or "dev", gets
 # 0.0.0+git in front. DIST= moves the output directory. nfpm runs through
-# `go run`, so a clean checkout needs only Go, gcc and binutils (objdump).
+# `go run`, so a clean checkout needs only Go, gcc, binutils (objdump) and
+# ISA-L's header (libisal-dev; build-deps in the top-level Makefile
+# installs it): the binary dlopens libisal.so.2, which the packages only
+# recommend.
 
 # Keep the includer's default goal, whether this file is included before or
 # after its first rule.
@@ -46,9 +49,9 @@ deb rpm: pkg-stage
 	TC_PKG_HOMEPAGE='$(PKG_HOMEPAGE)' \
 	$(NFPM) package --config packaging/nfpm.yaml --packager $@ --target $(DIST)/
 
-# pkg-stage builds the binary (PIE, stripped, with cgo for SQLite) and the
-# generated files the manifest takes from $(PKG_STAGE).
-pkg-stage:
+# pkg-stage builds the binary (PIE, stripped, with cgo for SQLite and the
+# ISA-L loader) and the generated files the manifest takes from $(PKG_STAGE).
+pkg-stage: build-deps
 	@mkdir -p $(PKG_STAGE)
 	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=pie -ldflags "$(PKG_LDFLAGS)" \
 		-o $(PKG_STAGE)/templatecenter ./cmd/templatecenter

@@ -195,3 +195,28 @@ func TestInstallScriptRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestInstallScriptStagingInstallsNoPackages stages into DESTDIR where
+// ISA-L is missing and apt-get and dnf are at hand: staging changes
+// nothing on the host, so neither package manager runs.
+func TestInstallScriptStagingInstallsNoPackages(t *testing.T) {
+	fake := t.TempDir()
+	calls := filepath.Join(t.TempDir(), "calls")
+	for _, tool := range []string{"apt-get", "dnf", "ldconfig"} {
+		script := "#!/bin/sh\necho " + tool + " \"$@\" >>" + calls + "\n"
+		if err := os.WriteFile(filepath.Join(fake, tool), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dest := t.TempDir()
+	out, code := installSh(t, nil, []string{"DESTDIR=" + dest, "PATH=" + fake + ":" + os.Getenv("PATH")}, "--binary", fakeBinary(t))
+	if code != 0 {
+		t.Fatalf("install.sh exited %d:\n%s", code, out)
+	}
+	if b, err := os.ReadFile(calls); err == nil {
+		t.Errorf("staging ran package tools:\n%s", b)
+	}
+	if strings.Contains(out, "ISA-L") {
+		t.Errorf("staging output mentions ISA-L:\n%s", out)
+	}
+}

@@ -84,6 +84,18 @@ func TestDebPackage(t *testing.T) {
 	if !strings.Contains(depends, "procps") {
 		t.Errorf("Depends %q lacks procps (/bin/kill for ExecReload=)", depends)
 	}
+	// ISA-L is optional: the binary dlopens it and falls back to Go.
+	for _, line := range strings.Split(run(t, "objdump", "-p", old.Binary), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "NEEDED" && strings.HasPrefix(f[1], "libisal") {
+			t.Errorf("%s links %s: it must dlopen ISA-L, to run where it is missing", old.Binary, f[1])
+		}
+	}
+	if strings.Contains(depends, "libisal") {
+		t.Errorf("Depends %q names libisal, which the binary runs without", depends)
+	}
+	if recommends := field("Recommends"); !regexp.MustCompile(`(?:^|, )libisal2(?:,|$)`).MatchString(recommends) {
+		t.Errorf("Recommends %q lacks libisal2 (ISA-L inflate for gzip layers)", recommends)
+	}
 
 	listing := run(t, "dpkg-deb", "-c", old.Deb)
 	got := map[string]string{}
@@ -229,6 +241,12 @@ func TestRPMPackage(t *testing.T) {
 	}
 	if !strings.Contains(requires, "/usr/bin/kill") {
 		t.Errorf("Requires %q lacks /usr/bin/kill (ExecReload=)", requires)
+	}
+	if strings.Contains(requires, "libisal") {
+		t.Errorf("Requires %q names libisal, which the binary runs without", requires)
+	}
+	if recommends := rpmq("-qp", "--recommends", old.RPM); !regexp.MustCompile(`(?m)^libisal\.so\.2\(\)\(64bit\)$`).MatchString(recommends) {
+		t.Errorf("Recommends %q lacks libisal.so.2()(64bit) (ISA-L inflate for gzip layers)", recommends)
 	}
 
 	scripts := rpmq("-qp", "--scripts", old.RPM)
