@@ -175,15 +175,22 @@ func newISALReaderSize(lib *isalLib, src io.Reader, size int) (io.ReadCloser, er
 	return z, nil
 }
 
-// pending is the input ISA-L has not consumed yet.
-func (z *isalReader) pending() []byte {
-	n := int(z.st.avail_in)
+// pending is the input ISA-L has not consumed yet. ok is false if ISA-L's
+// input pointer left the buffer, which would be a decoder bug: the reader
+// then fails instead of reading out of bounds.
+func (z *isalReader) pending() (in []byte, ok bool) {
+	n := uintptr(z.st.avail_in)
 	if n == 0 {
-		return nil
+		return nil, true
 	}
-	off := uintptr(unsafe.Pointer(z.st.next_in)) - uintptr(unsafe.Pointer(&z.in[0]))
-	return z.in[off : off+uintptr(n)]
+	base, next := uintptr(unsafe.Pointer(&z.in[0])), uintptr(unsafe.Pointer(z.st.next_in))
+	if next < base || next-base+n > uintptr(len(z.in)) {
+		return nil, false
+	}
+	return z.in[next-base : next-base+n], true
 }
+
+var errInputBounds = errors.New("gzip: isal inflate: input pointer outside its buffer")
 
 // fill moves the pending input to the front of the buffer and reads until
 // the buffer is full or src ends: ISA-L pays a fixed cost per call (it
@@ -191,7 +198,11 @@ func (z *isalReader) pending() []byte {
 // reads of src are. A run of maxEmptyReads reads returning nothing is
 // io.ErrNoProgress.
 func (z *isalReader) fill() error {
-	n := copy(z.in, z.pending())
+	rest, ok := z.pending()
+	if !ok {
+		return errInputBounds
+	}
+	n := copy(z.in, rest)
 	defer func() { C.tc_isal_set_input(z.st, (*C.uint8_t)(unsafe.Pointer(&z.in[0])), C.uint32_t(n)) }()
 	for empty := 0; n < len(z.in) && !z.eof; {
 		m, err := z.src.Read(z.in[n:])
@@ -218,13 +229,15 @@ func (z *isalReader) fill() error {
 // partial header is io.ErrUnexpectedEOF, and anything but the gzip magic
 // and the deflate method is gzip.ErrHeader.
 func (z *isalReader) member(first bool) error {
-	for len(z.pending()) < gzipHeaderLen && !z.eof {
+	for int(z.st.avail_in) < gzipHeaderLen && !z.eof {
 		if err := z.fill(); err != nil {
 			return err
 		}
 	}
-	hdr := z.pending()
+	hdr, ok := z.pending()
 	switch {
+	case !ok:
+		return errInputBounds
 	case len(hdr) == 0:
 		if first {
 			return fmt.Errorf("gzip: %w", io.EOF)
