@@ -25,7 +25,8 @@ FUZZ_TARGETS := \
 	./rootfs/oci:FuzzLayoutIndex \
 	./agent/config:FuzzParseByteSize \
 	./agent/config:FuzzParseReserve \
-	./rootfs/inspect:FuzzOpen
+	./rootfs/inspect:FuzzOpen \
+	./rootfs/layercodec:FuzzGzipInflaters
 
 .PHONY: fuzz
 
