@@ -131,12 +131,7 @@ func (m *MySQL) initialize(ctx context.Context, installDB string, o options) err
 // cannot start and closes it at the test's cleanup.
 func StartMariaDB(tb testing.TB, opts ...Option) *MySQL {
 	tb.Helper()
-	m, err := NewMariaDB(context.Background(), opts...)
-	if err != nil {
-		tb.Fatalf("mariadb test server: %v", err)
-	}
-	tb.Cleanup(m.Close)
-	return m
+	return startForTest(tb, "mariadb", NewMariaDB, opts)
 }
 
 func (m *MySQL) socket() string { return filepath.Join(m.Dir, "run", "mariadbd.sock") }

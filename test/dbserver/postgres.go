@@ -140,12 +140,7 @@ func (pg *Postgres) initialize(ctx context.Context, initdb string, o options) er
 // server cannot start and closes it at the test's cleanup.
 func StartPostgres(tb testing.TB, opts ...Option) *Postgres {
 	tb.Helper()
-	pg, err := NewPostgres(context.Background(), opts...)
-	if err != nil {
-		tb.Fatalf("postgres test server: %v", err)
-	}
-	tb.Cleanup(pg.Close)
-	return pg
+	return startForTest(tb, "postgres", NewPostgres, opts)
 }
 
 // adminDSN reaches the superuser over TCP.

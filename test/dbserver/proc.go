@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
@@ -239,4 +240,16 @@ func (s *running) Output() string {
 		return ""
 	}
 	return s.p.out.String()
+}
+
+// startForTest starts a server with open for one test: it fails the test
+// when the server cannot start and closes it at the test's cleanup.
+func startForTest[T interface{ Close() }](tb testing.TB, what string, open func(context.Context, ...Option) (T, error), opts []Option) T {
+	tb.Helper()
+	srv, err := open(context.Background(), opts...)
+	if err != nil {
+		tb.Fatalf("%s test server: %v", what, err)
+	}
+	tb.Cleanup(srv.Close)
+	return srv
 }

@@ -66,12 +66,7 @@ func NewRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 // cannot start and closes it at the test's cleanup.
 func StartRedis(tb testing.TB, opts ...Option) *Redis {
 	tb.Helper()
-	r, err := NewRedis(context.Background(), opts...)
-	if err != nil {
-		tb.Fatalf("redis test server: %v", err)
-	}
-	tb.Cleanup(r.Close)
-	return r
+	return startForTest(tb, "redis", NewRedis, opts)
 }
 
 // Client returns a go-redis client with the password, for checks that go
