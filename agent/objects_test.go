@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -65,6 +66,15 @@ func localArtifact(t *testing.T, id string, size int) *api.Built {
 	}
 	sum := sha256.Sum256(data)
 	return &api.Built{ArtifactID: id, Ext4Path: path, Ext4SHA256: hex.EncodeToString(sum[:]), Ext4SizeBytes: int64(len(data))}
+}
+
+// uniquePrefix is an object key prefix no other test, nor an earlier run
+// on the same server, uses: tests build the same specs, and an object left
+// by another would be reused instead of uploaded.
+func uniquePrefix(t *testing.T) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return strings.ToLower(t.Name()) + "-" + hex.EncodeToString(b[:])
 }
 
 func newPublisher(store blobstore.Store, keepLocal bool) *objectPublisher {
@@ -226,7 +236,8 @@ func TestPublishToFS(t *testing.T) {
 // directory.
 func TestBuildKeepsArtifactInS3(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, func(c *config.Config) { c.ArtifactStore.S3.Prefix = "builds" })
+	prefix := uniquePrefix(t)
+	h := newHarness(t, func(c *config.Config) { c.ArtifactStore.S3.Prefix = prefix })
 	// First without a blob store: the artifact is published locally only.
 	h.start()
 	h.submit("local", "img")
@@ -241,7 +252,7 @@ func TestBuildKeepsArtifactInS3(t *testing.T) {
 	h.submit("uploaded", "img")
 	cb := h.terminal("uploaded")
 	id := cb.Field("artifact_id")
-	key := "builds/" + id + ".ext4"
+	key := prefix + "/" + id + ".ext4"
 	if cb.Field("status") != "BUILT" || cb.Field("storage_backend") != "s3" || cb.Field("object_key") != key || cb.Field("artifact_url") == "" {
 		t.Fatalf("BUILT = %v, want the S3 blob fields for %s", cb.Body, key)
 	}
@@ -314,7 +325,11 @@ func (s slowPut) Put(ctx context.Context, key string, r io.Reader, size int64, s
 // build's and below 100, so CubeMaster's reaper sees a live job.
 func TestHeartbeatsDuringUpload(t *testing.T) {
 	store, _ := s3Store(t, nil)
-	h := newHarness(t, func(c *config.Config) { c.Build.HeartbeatInterval = 30 * time.Millisecond })
+	prefix := uniquePrefix(t)
+	h := newHarness(t, func(c *config.Config) {
+		c.Build.HeartbeatInterval = 30 * time.Millisecond
+		c.ArtifactStore.S3.Prefix = prefix
+	})
 	isUploadBeat := func(c cubemaster.Callback) bool {
 		return c.JobID == "upload" && c.Field("status") == "RUNNING" && c.Field("phase") == "BUILDING_EXT4" &&
 			c.Int("progress") >= progressUploadStart && c.Int("progress") < 100
