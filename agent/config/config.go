@@ -38,6 +38,8 @@ type Config struct {
 	Shutdown Shutdown `yaml:"shutdown"`
 	// ArtifactStore is the blob store for durable artifact copies.
 	ArtifactStore ArtifactStore `yaml:"artifact_store"`
+	// InstanceDB is CubeMaster's database; off unless its driver is set.
+	InstanceDB InstanceDB `yaml:"instance_db_config"`
 
 	// envErrs collects environment values that failed to parse, reported
 	// by Validate with the rest.
@@ -211,6 +213,7 @@ func Default() *Config {
 		Shutdown: Shutdown{Timeout: 25 * time.Second},
 		// The artifact store's defaults live beside it, in artifactstore.go.
 		ArtifactStore: defaultArtifactStore(),
+		InstanceDB:    defaultInstanceDB(),
 	}
 }
 
@@ -442,6 +445,7 @@ func (c *Config) Validate() error {
 		bad("build.platform", "%q is not os/arch[/variant]", c.Build.Platform)
 	}
 	errs = append(errs, c.ArtifactStore.validate()...)
+	errs = append(errs, c.InstanceDB.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -497,6 +501,9 @@ func (c *Config) RestartOnly(next *Config) []string {
 	}
 	if c.ArtifactStore != next.ArtifactStore {
 		keys = append(keys, "artifact_store")
+	}
+	if c.InstanceDB != next.InstanceDB {
+		keys = append(keys, "instance_db_config")
 	}
 	return keys
 }
