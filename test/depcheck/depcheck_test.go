@@ -31,6 +31,8 @@ var rules = []rule{
 	{"agent/config", nil},
 	// The artifact blob store takes plain options: no config, no agent.
 	{"agent/blobstore", nil},
+	// CubeMaster's database takes plain options too.
+	{"agent/cmdb", nil},
 	{"agent/report", []string{"agent/api", "spool"}},
 	{"spool", nil},
 	{"rootfs", []string{"rootfs/..."}},
