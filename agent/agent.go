@@ -30,6 +30,7 @@ type Agent struct {
 	spool            *spool.Spool
 	store            rootfs.Store
 	objects          *objectPublisher
+	jobRows          JobRows
 	logger           *slog.Logger
 	level            *slog.LevelVar
 	metrics          *metrics
@@ -67,6 +68,9 @@ type Options struct {
 	// Objects is the blob store keeping the durable copy of each artifact
 	// (OpenObjectStore); nil keeps artifacts on the local store only.
 	Objects blobstore.Store
+	// Database is CubeMaster's database (OpenDatabase), which every
+	// submit is checked against; nil checks nothing.
+	Database JobRows
 }
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
@@ -79,6 +83,7 @@ func New(o Options) *Agent {
 		env:              o.Env,
 		spool:            o.Spool,
 		store:            rootfs.Store(o.Config.Store.Dir),
+		jobRows:          o.Database,
 		logger:           o.Logger,
 		level:            o.Level,
 		notify:           o.Notify,

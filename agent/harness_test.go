@@ -139,6 +139,9 @@ type harness struct {
 	purgeEvery time.Duration
 	// objects is the blob store the agent keeps artifacts in, when set.
 	objects blobstore.Store
+	// database is CubeMaster's database submits are checked against, when
+	// set.
+	database JobRows
 
 	notesMu sync.Mutex
 	notes   []string
@@ -225,6 +228,7 @@ func (h *harness) start() {
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
+		Database: h.database,
 		Env:      func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
 		Watchdog: h.watchdog,
 		Notify: func(s string) {

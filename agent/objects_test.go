@@ -32,6 +32,7 @@ var s3srv s3server.Shared
 func TestMain(m *testing.M) {
 	code := m.Run()
 	s3srv.Close()
+	dbs.Close()
 	os.Exit(code)
 }
 

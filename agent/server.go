@@ -94,6 +94,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request.source_image_ref: "+err.Error())
 		return
 	}
+	if status, msg := a.checkJobRow(r.Context(), b); status != 0 {
+		writeError(w, status, msg)
+		return
+	}
 	log := a.logger.With("job_id", b.JobID)
 	// The commit must not depend on the caller staying connected: a job
 	// committed but unacknowledged is re-sent by CubeMaster and gets a 409.
@@ -308,6 +312,13 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 				degraded["blobstore"] = err.Error()
 			}
 		}
+	}
+	if a.jobRows != nil {
+		// Every submit reads CubeMaster's database: without it none is
+		// accepted. Bounded like the blob store check.
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		check("database", a.jobRows.Ping(ctx))
+		cancel()
 	}
 	if a.stopping.Load() {
 		check("accepting", errors.New("shutting down"))

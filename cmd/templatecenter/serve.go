@@ -86,8 +86,22 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if objects != nil {
 		logger.Info("artifacts kept in the blob store", "backend", objects.Backend(), "keep_local", cfg.ArtifactStore.KeepLocal)
 	}
-	a := agent.New(agent.Options{Config: cfg, Env: os.LookupEnv, Spool: sp, Builder: builder, Objects: objects,
-		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog})
+	opts := agent.Options{Config: cfg, Env: os.LookupEnv, Spool: sp, Builder: builder, Objects: objects,
+		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog}
+	db, err := agent.OpenDatabase(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("open CubeMaster's database (instance_db_config): %w", err)
+	}
+	if db != nil {
+		defer db.Close()
+		opts.Database = db
+		logger.Info("build submits checked against CubeMaster's database", "driver", cfg.InstanceDB.Driver,
+			"addr", cfg.InstanceDB.Addr, "db_name", cfg.InstanceDB.DBName)
+		if err := db.Ping(ctx); err != nil {
+			logger.Warn("CubeMaster's database does not answer yet; builds get 503 until it does", "err", err)
+		}
+	}
+	a := agent.New(opts)
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()

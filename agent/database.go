@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+)
+
+// JobRows is what the agent needs of CubeMaster's database: the job row a
+// build submit is checked against, and a probe for /health. *cmdb.DB is
+// one.
+type JobRows interface {
+	JobForSubmit(ctx context.Context, jobID string) (cmdb.JobRow, error)
+	Ping(ctx context.Context) error
+}
+
+var _ JobRows = (*cmdb.DB)(nil)
+
+// OpenDatabase opens CubeMaster's database as instance_db_config names it,
+// or returns nil when none is configured. An unreachable server is no
+// error (builds get 503 until it answers); a refused login is.
+func OpenDatabase(ctx context.Context, cfg *config.Config) (*cmdb.DB, error) {
+	d := cfg.InstanceDB
+	if !d.Enabled() {
+		return nil, nil
+	}
+	second := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	return cmdb.Open(ctx, cmdb.Options{Driver: d.Driver, Addr: d.Addr, User: d.User, Password: d.Pwd.Reveal(),
+		DBName: d.DBName, ConnTimeout: second(d.ConnTimeout), ReadTimeout: second(d.ReadTimeout),
+		WriteTimeout: second(d.WriteTimeout), MaxIdleConns: d.MaxIdleConns, MaxOpenConns: d.MaxOpenConns,
+		MaxConnLifetime: second(d.MaxConnLifeTimeSeconds), SSLMode: d.SSLMode})
+}
+
+// checkJobRow binds a submit to CubeMaster's job row, when a database is
+// configured: the row must exist and be PENDING or RUNNING (else 404), its
+// request snapshot must be the submitted request (else 400), and a
+// database that cannot be reached answers 503, which CubeMaster retries.
+// It returns the status and message to answer with, or 0 to go on.
+func (a *Agent) checkJobRow(ctx context.Context, b *api.Build) (int, string) {
+	if a.jobRows == nil {
+		return 0, ""
+	}
+	log := a.logger.With("job_id", b.JobID)
+	row, err := a.jobRows.JobForSubmit(ctx, b.JobID)
+	switch {
+	case errors.Is(err, cmdb.ErrJobNotFound):
+		log.Warn("build refused: no such job in CubeMaster's database")
+		return http.StatusNotFound, "build job not found"
+	case errors.Is(err, cmdb.ErrUnavailable):
+		log.Warn("build refused: CubeMaster's database is unavailable", "err", err)
+		return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later"
+	case err != nil:
+		log.Error("read job row", "err", err)
+		return http.StatusInternalServerError, "check job row: " + err.Error()
+	case !row.Buildable():
+		log.Warn("build refused: job is not buildable", "status", row.Status)
+		return http.StatusNotFound, fmt.Sprintf("build job not buildable: status is %q", row.Status)
+	}
+	same, err := row.MatchesRequest(b.Request)
+	switch {
+	case err != nil:
+		log.Error("compare request with the job's snapshot", "err", err)
+		return http.StatusInternalServerError, "check job row: " + err.Error()
+	case !same:
+		log.Warn("build refused: request does not match the job's stored request")
+		return http.StatusBadRequest, "request does not match the job's stored request"
+	}
+	return 0, ""
+}
