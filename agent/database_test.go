@@ -111,6 +111,7 @@ func TestSubmitCheckedAgainstJobRow(t *testing.T) {
 			insertJobRow(t, seed, dl.driver, "job-lower", "pending", "")
 			insertJobRow(t, seed, dl.driver, "job-other", "PENDING", snapshotOf(t, buildBody("job-other", "alpine:4")))
 			insertJobRow(t, seed, dl.driver, "job-later", "PENDING", "")
+			insertJobRow(t, seed, dl.driver, "job-corrupt", "PENDING", "[not an object")
 
 			cases := []struct {
 				id   string
@@ -124,6 +125,9 @@ func TestSubmitCheckedAgainstJobRow(t *testing.T) {
 				{"job-failed", buildBody("job-failed", "alpine:3"), http.StatusNotFound, `status is "FAILED"`},
 				{"job-lower", buildBody("job-lower", "alpine:3"), http.StatusNotFound, `status is "pending"`},
 				{"job-other", buildBody("job-other", "alpine:3"), http.StatusBadRequest, "request does not match the job's stored request"},
+				// A snapshot that cannot be compared is never taken as a match.
+				{"job-corrupt", buildBody("job-corrupt", "alpine:3"), http.StatusInternalServerError, "request_json"},
+				{"JOB-OK", buildBody("JOB-OK", "alpine:3"), http.StatusNotFound, "build job not found"},
 			}
 			for _, c := range cases {
 				code, body := h.post("/tc/api/v1/build", c.body)

@@ -125,7 +125,7 @@ func TestJobForSubmit(t *testing.T) {
 						got.Buildable(), c.want, c.buildable)
 				}
 			}
-			for _, id := range []string{"job-missing", "job-deleted", "job-pending' OR '1'='1"} {
+			for _, id := range []string{"job-missing", "job-deleted", "job-pending' OR '1'='1", "JOB-PENDING", "job-pending "} {
 				if _, err := d.JobForSubmit(ctx, id); !errors.Is(err, ErrJobNotFound) || errors.Is(err, ErrUnavailable) {
 					t.Errorf("JobForSubmit(%q) error = %v, want ErrJobNotFound", id, err)
 				}

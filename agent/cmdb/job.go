@@ -31,7 +31,7 @@ type JobRow struct {
 func (j JobRow) Buildable() bool { return j.Status == JobPending || j.Status == JobRunning }
 
 // JobForSubmit reads the job row of jobID; ErrJobNotFound when there is
-// none, or only a soft-deleted one.
+// none, only a soft-deleted one, or only one whose id differs in case.
 func (d *DB) JobForSubmit(ctx context.Context, jobID string) (JobRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
@@ -47,6 +47,11 @@ func (d *DB) JobForSubmit(ctx context.Context, jobID string) (JobRow, error) {
 		return JobRow{}, fmt.Errorf("job %s: %w", jobID, ErrJobNotFound)
 	case err != nil:
 		return JobRow{}, d.wrap("read job "+jobID+" from", err)
+	}
+	if row.JobID != jobID {
+		// MySQL's default collation compares without case (and pads
+		// spaces): a job id must name its row exactly, as on PostgreSQL.
+		return JobRow{}, fmt.Errorf("job %s: %w", jobID, ErrJobNotFound)
 	}
 	row.RequestJSON = req.String
 	return row, nil
