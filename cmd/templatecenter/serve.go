@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -97,7 +98,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		opts.Database = db
 		logger.Info("build submits checked against CubeMaster's database", "driver", cfg.InstanceDB.Driver,
 			"addr", cfg.InstanceDB.Addr, "db_name", cfg.InstanceDB.DBName)
-		if err := db.Ping(ctx); err != nil {
+		// Open has tried once already; this only tells the operator,
+		// bounded like /health's check.
+		pingCtx, cancel := context.WithTimeout(ctx, time.Second)
+		err := db.Ping(pingCtx)
+		cancel()
+		if err != nil {
 			logger.Warn("CubeMaster's database does not answer yet; builds get 503 until it does", "err", err)
 		}
 	}
