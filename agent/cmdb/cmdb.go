@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"time"
@@ -50,6 +51,17 @@ type Options struct {
 	// SSLMode is PostgreSQL's sslmode; empty is the driver's default.
 	SSLMode string
 }
+
+// String shows where the options lead, never the password.
+func (o Options) String() string {
+	return fmt.Sprintf("%s://%s@%s/%s", o.Driver, o.User, o.Addr, o.DBName)
+}
+
+// GoString is String, for %#v.
+func (o Options) GoString() string { return o.String() }
+
+// LogValue is String, for slog.
+func (o Options) LogValue() slog.Value { return slog.StringValue(o.String()) }
 
 // DB is an open connection pool to CubeMaster's database.
 type DB struct {

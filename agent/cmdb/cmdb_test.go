@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -223,6 +225,17 @@ func TestDSN(t *testing.T) {
 	}
 	if _, _, err := DSN(Options{Driver: "sqlite"}); err == nil {
 		t.Error("DSN(sqlite) succeeded")
+	}
+}
+
+func TestOptionsHidePassword(t *testing.T) {
+	o := options(DriverMySQL, "db:3306", "cube", "hunter2-pw", "cube_mvp")
+	var logged strings.Builder
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("db", "opts", o)
+	for _, out := range []string{fmt.Sprint(o), fmt.Sprintf("%+v", o), fmt.Sprintf("%#v", o), logged.String()} {
+		if strings.Contains(out, "hunter2") || !strings.Contains(out, "mysql://cube@db:3306/cube_mvp") {
+			t.Errorf("printed options = %q; want the address and no password", out)
+		}
 	}
 }
 
