@@ -158,19 +158,9 @@ func (m *MySQL) Start(ctx context.Context) error {
 	// --no-defaults first: no /etc/mysql option file reaches the server.
 	cmd := exec.Command(m.mariadbd, append([]string{"--no-defaults", "--port=" + port}, m.args...)...)
 	cmd.Dir, cmd.Env = m.Dir, cleanEnv(m.Dir)
-	p, err := startProc(cmd)
-	if err != nil {
-		return fmt.Errorf("start mariadb: %w", err)
-	}
-	m.p = p
-	err = poll(ctx, p.exited, func(ctx context.Context) error {
+	return m.launchLocked(ctx, "mariadb", m.Addr, cmd, func(ctx context.Context) error {
 		return withAdmin("mysql", m.rootDSN(), func(db *sql.DB) error { return db.PingContext(ctx) })
 	})
-	if err != nil {
-		m.stopLocked()
-		return fmt.Errorf("start mariadb on %s: %w; output:\n%s", m.Addr, err, p.out.String())
-	}
-	return nil
 }
 
 // DSN connects to DBName as User with github.com/go-sql-driver/mysql.

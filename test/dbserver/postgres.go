@@ -167,19 +167,9 @@ func (pg *Postgres) Start(ctx context.Context) error {
 	cmd := exec.Command(pg.postgres, append([]string{"-h", host, "-p", port}, pg.args...)...)
 	cmd.Dir, cmd.Env = pg.Dir, cleanEnv(pg.Dir)
 	pg.as.apply(cmd)
-	p, err := startProc(cmd)
-	if err != nil {
-		return fmt.Errorf("start postgres: %w", err)
-	}
-	pg.p = p
-	err = poll(ctx, p.exited, func(ctx context.Context) error {
+	return pg.launchLocked(ctx, "postgres", pg.Addr, cmd, func(ctx context.Context) error {
 		return withAdmin("pgx", pg.adminDSN(), func(db *sql.DB) error { return db.PingContext(ctx) })
 	})
-	if err != nil {
-		pg.stopLocked()
-		return fmt.Errorf("start postgres on %s: %w; output:\n%s", pg.Addr, err, p.out.String())
-	}
-	return nil
 }
 
 // DSN connects to DBName as User with github.com/jackc/pgx/v5/stdlib.

@@ -253,3 +253,19 @@ func startForTest[T interface{ Close() }](tb testing.TB, what string, open func(
 	tb.Cleanup(srv.Close)
 	return srv
 }
+
+// launchLocked starts cmd as the server's process and waits until ready
+// succeeds; when it does not, the process is stopped and the error carries
+// its output. s.mu must be held.
+func (s *running) launchLocked(ctx context.Context, what, addr string, cmd *exec.Cmd, ready func(context.Context) error) error {
+	p, err := startProc(cmd)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", what, err)
+	}
+	s.p = p
+	if err := poll(ctx, p.exited, ready); err != nil {
+		s.stopLocked()
+		return fmt.Errorf("start %s on %s: %w; output:\n%s", what, addr, err, p.out.String())
+	}
+	return nil
+}

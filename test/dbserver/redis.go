@@ -89,17 +89,7 @@ func (r *Redis) Start(ctx context.Context) error {
 	}
 	cmd := exec.Command(r.binary, append([]string{"--port", port}, r.args...)...)
 	cmd.Dir, cmd.Env = r.Dir, cleanEnv(r.Dir)
-	p, err := startProc(cmd)
-	if err != nil {
-		return fmt.Errorf("start redis: %w", err)
-	}
-	r.p = p
 	client := r.Client()
 	defer client.Close()
-	err = poll(ctx, p.exited, func(ctx context.Context) error { return client.Ping(ctx).Err() })
-	if err != nil {
-		r.stopLocked()
-		return fmt.Errorf("start redis on %s: %w; output:\n%s", r.Addr, err, p.out.String())
-	}
-	return nil
+	return r.launchLocked(ctx, "redis", r.Addr, cmd, func(ctx context.Context) error { return client.Ping(ctx).Err() })
 }
