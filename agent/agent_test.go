@@ -926,11 +926,7 @@ func (h *harness) waitJobGone(id string) {
 func TestStopLoopsWaitsForThem(t *testing.T) {
 	cfg := config.Default()
 	cfg.Store.Dir = t.TempDir()
-	sp, err := spool.Open(context.Background(), filepath.Join(t.TempDir(), "spool.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
+	sp := tempSpool(t)
 	synctest.Test(t, func(t *testing.T) {
 		held := map[string]chan struct{}{"WATCHDOG=1": make(chan struct{}), "STATUS=": make(chan struct{})}
 		release := map[string]chan struct{}{"WATCHDOG=1": make(chan struct{}), "STATUS=": make(chan struct{})}

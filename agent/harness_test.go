@@ -377,3 +377,15 @@ func statusPhases(cbs []cubemaster.Callback) []string {
 	}
 	return out
 }
+
+// tempSpool opens a spool of its own for a test that needs no harness; it
+// is closed when the test ends.
+func tempSpool(t *testing.T) *spool.Spool {
+	t.Helper()
+	sp, err := spool.Open(context.Background(), filepath.Join(t.TempDir(), "spool.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	return sp
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
-	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
 // TestMetricsLint lints every collector the agent registers, with each
@@ -20,11 +18,7 @@ import (
 func TestMetricsLint(t *testing.T) {
 	cfg := config.Default()
 	cfg.Store.Dir = t.TempDir()
-	sp, err := spool.Open(context.Background(), filepath.Join(t.TempDir(), "spool.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
+	sp := tempSpool(t)
 	a := New(Options{Config: cfg, Spool: sp, Builder: &testBuilder{}, Logger: slog.New(slog.DiscardHandler)})
 	m := a.metrics
 	m.phaseDuration.WithLabelValues("build").Observe(1)
