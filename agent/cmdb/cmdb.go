@@ -104,6 +104,9 @@ func DSN(o Options) (driverName, dsn string, err error) {
 		c.User, c.Passwd, c.Net, c.Addr, c.DBName = o.User, o.Password, "tcp", o.Addr, o.DBName
 		c.Timeout, c.ReadTimeout, c.WriteTimeout = o.ConnTimeout, o.ReadTimeout, o.WriteTimeout
 		c.ParseTime, c.Loc = true, time.UTC
+		// RowsAffected counts matched rows, as on PostgreSQL, so a claim
+		// of a row already DELETING is seen.
+		c.ClientFoundRows = true
 		return "mysql", c.FormatDSN(), nil
 	case DriverPostgres:
 		q := url.Values{}

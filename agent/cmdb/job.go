@@ -36,12 +36,9 @@ func (d *DB) JobForSubmit(ctx context.Context, jobID string) (JobRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	q := "SELECT job_id, status, request_json FROM t_cube_template_image_job WHERE job_id = ? AND deleted_at IS NULL"
-	if d.driver == DriverPostgres {
-		q = strings.Replace(q, "?", "$1", 1)
-	}
 	var row JobRow
 	var req sql.NullString
-	err := d.db.QueryRowContext(ctx, q, jobID).Scan(&row.JobID, &row.Status, &req)
+	err := d.db.QueryRowContext(ctx, d.bind(q), jobID).Scan(&row.JobID, &row.Status, &req)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return JobRow{}, fmt.Errorf("job %s: %w", jobID, ErrJobNotFound)
