@@ -2,6 +2,8 @@ package blobstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +40,10 @@ type Store interface {
 	// Stat returns the object's size and recorded sha256; a missing object
 	// is an error matching ErrNotFound.
 	Stat(ctx context.Context, key string) (Info, error)
+	// Get returns a small object's bytes, checked against its recorded
+	// sha256; an object larger than maxBytes is an error matching
+	// ErrSizeMismatch.
+	Get(ctx context.Context, key string, maxBytes int64) ([]byte, error)
 	// Delete removes the object; a missing object is success.
 	Delete(ctx context.Context, key string) error
 	// PresignGet returns a URL valid for ttl that downloads the object as an
@@ -155,6 +161,25 @@ func ArtifactKey(prefix, artifactID string) string {
 		return artifactID + ".ext4"
 	}
 	return prefix + "/" + artifactID + ".ext4"
+}
+
+// getChecked reads at most maxBytes of r and checks them against sha256hex
+// (when recorded).
+func getChecked(r io.Reader, maxBytes int64, sha256hex string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read object: %w", err)
+	}
+	if int64(len(data)) > maxBytes {
+		return nil, fmt.Errorf("object exceeds %d bytes: %w", maxBytes, ErrSizeMismatch)
+	}
+	if sha256hex != "" {
+		sum := sha256.Sum256(data)
+		if hex.EncodeToString(sum[:]) != strings.ToLower(sha256hex) {
+			return nil, fmt.Errorf("object bytes do not match its recorded sha256: %w", ErrChecksumMismatch)
+		}
+	}
+	return data, nil
 }
 
 // checkKey rejects keys that are empty, absolute, not in clean slash form,

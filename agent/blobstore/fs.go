@@ -272,6 +272,28 @@ func (f *FS) Stat(ctx context.Context, key string) (Info, error) {
 	return Info{Key: key, Size: fi.Size(), SHA256: sum, ModTime: fi.ModTime()}, nil
 }
 
+// Get reads a small object whole, checked against its sidecar.
+func (f *FS) Get(ctx context.Context, key string, maxBytes int64) ([]byte, error) {
+	target, err := f.Path(key)
+	if err != nil {
+		return nil, f.fail("get", key, err)
+	}
+	sum, err := readSidecar(target)
+	if err != nil {
+		return nil, f.fail("get", key, err)
+	}
+	file, err := os.Open(target)
+	if err != nil {
+		return nil, f.fail("get", key, err)
+	}
+	defer file.Close()
+	data, err := getChecked(&ctxReader{ctx: ctx, r: file}, maxBytes, sum)
+	if err != nil {
+		return nil, f.fail("get", key, err)
+	}
+	return data, nil
+}
+
 // Delete removes the object, then its sidecar; missing files are success.
 func (f *FS) Delete(ctx context.Context, key string) error {
 	target, err := f.Path(key)

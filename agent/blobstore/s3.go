@@ -380,6 +380,36 @@ func (s *S3) Stat(ctx context.Context, key string) (Info, error) {
 	return info, nil
 }
 
+// Get reads a small object whole, checked against its sha256 metadata.
+func (s *S3) Get(ctx context.Context, key string, maxBytes int64) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, s.fail("get", key, err)
+	}
+	var data []byte
+	err := s.retry.do(ctx, func(ctx context.Context) error {
+		body, oi, _, err := s.core.GetObject(ctx, s.bucket, key, minio.GetObjectOptions{})
+		if err != nil {
+			return err
+		}
+		defer body.Close()
+		if oi.Size > maxBytes {
+			return fmt.Errorf("object is %d bytes, more than %d: %w", oi.Size, maxBytes, ErrSizeMismatch)
+		}
+		sum := ""
+		for k, v := range oi.Metadata {
+			if strings.EqualFold(k, "X-Amz-Meta-"+MetadataSHA256) && len(v) > 0 {
+				sum = v[0]
+			}
+		}
+		data, err = getChecked(body, maxBytes, sum)
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("get", key, err)
+	}
+	return data, nil
+}
+
 // Delete removes the object; S3 answers success for a missing key too.
 func (s *S3) Delete(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
