@@ -40,6 +40,8 @@ type Config struct {
 	ArtifactStore ArtifactStore `yaml:"artifact_store"`
 	// InstanceDB is CubeMaster's database; off unless its driver is set.
 	InstanceDB InstanceDB `yaml:"instance_db_config"`
+	// Replicas tunes the coordination with other replicas.
+	Replicas Replicas `yaml:"replicas"`
 
 	// envErrs collects environment values that failed to parse, reported
 	// by Validate with the rest.
@@ -214,6 +216,7 @@ func Default() *Config {
 		// The artifact store's defaults live beside it, in artifactstore.go.
 		ArtifactStore: defaultArtifactStore(),
 		InstanceDB:    defaultInstanceDB(),
+		Replicas:      defaultReplicas(),
 	}
 }
 
@@ -341,7 +344,7 @@ var envOverrides = []envOverride{
 // recorded and surface from Validate.
 func (c *Config) applyEnv(env Env) []string {
 	var warnings []string
-	for _, o := range slices.Concat(envOverrides, artifactStoreEnv) {
+	for _, o := range slices.Concat(envOverrides, artifactStoreEnv, replicasEnv) {
 		for i, name := range o.names {
 			v, ok := env(name)
 			if !ok || strings.TrimSpace(v) == "" {
@@ -446,6 +449,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.ArtifactStore.validate()...)
 	errs = append(errs, c.InstanceDB.validate()...)
+	errs = append(errs, c.Replicas.validate()...)
 	return errors.Join(errs...)
 }
 

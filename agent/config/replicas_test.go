@@ -1,0 +1,51 @@
+package config
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReplicasDefaultsAndYAML(t *testing.T) {
+	if got, want := Default().Replicas, (Replicas{LockPollInterval: 5 * time.Second, LockKeepalive: 10 * time.Second,
+		ReconcileInterval: 10 * time.Minute}); got != want {
+		t.Errorf("defaults = %+v, want %+v", got, want)
+	}
+	c, warnings, err := Parse(strings.NewReader("replicas:\n  lock_poll_interval: 1s\n  lock_keepalive: 3s\n" +
+		"  reconcile_interval: 2m\n  reconcile_disabled: true\n"))
+	if err != nil || len(warnings) != 0 || c.Validate() != nil {
+		t.Fatalf("Parse = %v, %v, %v", err, warnings, c.Validate())
+	}
+	if want := (Replicas{time.Second, 3 * time.Second, 2 * time.Minute, true}); c.Replicas != want {
+		t.Errorf("Replicas = %+v, want %+v", c.Replicas, want)
+	}
+}
+
+func TestReplicasEnv(t *testing.T) {
+	var logged strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	c, err := Load(envOf(map[string]string{"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL": "30s",
+		"CUBE_TC_RECONCILE_DISABLED": "true"}), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Replicas.ReconcileInterval != 30*time.Second || !c.Replicas.ReconcileDisabled {
+		t.Errorf("Replicas from the environment = %+v", c.Replicas)
+	}
+	if !strings.Contains(logged.String(), "CUBE_TC_RECONCILE_DISABLED is deprecated") {
+		t.Errorf("no deprecation warning for the legacy name: %s", logged.String())
+	}
+	for env, key := range map[string]string{
+		"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL": "CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL: \"ten\"",
+		"CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED": "CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED: \"ten\"",
+	} {
+		if _, err := Load(envOf(map[string]string{env: "ten"}), logger); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=ten: error %v, want one naming it", env, err)
+		}
+	}
+	if _, err := Load(envOf(map[string]string{"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL": "1ms"}), logger); err == nil ||
+		!strings.Contains(err.Error(), "replicas.reconcile_interval") {
+		t.Errorf("a 1ms interval: error %v, want one naming replicas.reconcile_interval", err)
+	}
+}
