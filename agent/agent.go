@@ -30,7 +30,7 @@ type Agent struct {
 	spool            *spool.Spool
 	store            rootfs.Store
 	objects          *objectPublisher
-	jobRows          JobRows
+	db               Database
 	logger           *slog.Logger
 	level            *slog.LevelVar
 	metrics          *metrics
@@ -68,9 +68,10 @@ type Options struct {
 	// Objects is the blob store keeping the durable copy of each artifact
 	// (OpenObjectStore); nil keeps artifacts on the local store only.
 	Objects blobstore.Store
-	// Database is CubeMaster's database (OpenDatabase), which every
-	// submit is checked against; nil checks nothing.
-	Database JobRows
+	// Database is CubeMaster's database (OpenDatabase): every submit is
+	// checked against it, builds and deletes are shared with other
+	// replicas through it. Nil: TC works alone.
+	Database Database
 }
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
@@ -83,7 +84,7 @@ func New(o Options) *Agent {
 		env:              o.Env,
 		spool:            o.Spool,
 		store:            rootfs.Store(o.Config.Store.Dir),
-		jobRows:          o.Database,
+		db:               o.Database,
 		logger:           o.Logger,
 		level:            o.Level,
 		notify:           o.Notify,
@@ -113,17 +114,23 @@ func New(o Options) *Agent {
 			keepLocal: as.KeepLocal, logger: o.Logger.With("component", "blobstore"), metrics: newObjectMetrics()}
 		a.metrics.register(a.objects.metrics.collectors()...)
 	}
+	if o.Database != nil {
+		a.metrics.register(a.metrics.replica.collectors()...)
+		a.metrics.register(a.metrics.reconcile.collectors()...)
+	}
 	a.exec = newExecutor(executorDeps{
-		objects:   a.objects,
-		jobs:      o.Spool,
-		artifacts: o.Spool,
-		builder:   o.Builder,
-		reporter:  a.reporter,
-		settings:  func() config.Build { return a.config().Build },
-		logger:    o.Logger,
+		objects:         a.objects,
+		shared:          o.Database,
+		replicaSettings: func() config.Replicas { return a.config().Replicas },
+		jobs:            o.Spool,
+		artifacts:       o.Spool,
+		builder:         o.Builder,
+		reporter:        a.reporter,
+		settings:        func() config.Build { return a.config().Build },
+		logger:          o.Logger,
 		metrics: execMetrics{running: a.metrics.running, phaseDuration: a.metrics.phaseDuration,
 			dedup: a.metrics.dedup, finished: a.metrics.finished, interrupted: a.metrics.interrupted,
-			cancelled: a.metrics.cancelled, timedOut: a.metrics.timedOut},
+			cancelled: a.metrics.cancelled, timedOut: a.metrics.timedOut, replicaMetrics: a.metrics.replica},
 	})
 	return a
 }
@@ -232,13 +239,13 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	return runErr
 }
 
-// startLoops runs the watchdog, status and purge loops until ctx ends or
+// startLoops runs the watchdog, status, purge and reconcile loops until ctx ends or
 // stop is called; stop cancels them and returns once all have returned.
 // Calling stop again returns at once.
 func (a *Agent) startLoops(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var loops sync.WaitGroup
-	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop} {
+	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop, a.reconcileLoop} {
 		loops.Go(func() { loop(ctx) })
 	}
 	return func() {

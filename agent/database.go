@@ -20,7 +20,27 @@ type JobRows interface {
 	Ping(ctx context.Context) error
 }
 
-var _ JobRows = (*cmdb.DB)(nil)
+// artifactRows is what deletes and the CLEANUP_PENDING sweep need of the
+// artifact table and its locks.
+type artifactRows interface {
+	Artifact(ctx context.Context, artifactID string) (cmdb.ArtifactRow, error)
+	ClaimArtifact(ctx context.Context, artifactID string) (cmdb.ArtifactRow, bool, error)
+	DeleteClaimed(ctx context.Context, artifactID string) error
+	ReleaseClaim(ctx context.Context, artifactID, lastError string) error
+	StaleCleanups(ctx context.Context, age time.Duration, limit int) ([]string, error)
+	TryLock(ctx context.Context, name string, o cmdb.LockOptions) (*cmdb.Lock, bool, error)
+}
+
+// Database is what the agent needs of CubeMaster's database: the submit
+// check, the build lock and READY rows shared with other replicas, and
+// the artifact rows deletes claim. *cmdb.DB is one.
+type Database interface {
+	JobRows
+	replicaDB
+	artifactRows
+}
+
+var _ Database = (*cmdb.DB)(nil)
 
 // OpenDatabase opens CubeMaster's database as instance_db_config names it,
 // or returns nil when none is configured. An unreachable server is no
@@ -43,11 +63,11 @@ func OpenDatabase(ctx context.Context, cfg *config.Config) (*cmdb.DB, error) {
 // database that cannot be reached answers 503, which CubeMaster retries.
 // It returns the status and message to answer with, or 0 to go on.
 func (a *Agent) checkJobRow(ctx context.Context, b *api.Build) (int, string) {
-	if a.jobRows == nil {
+	if a.db == nil {
 		return 0, ""
 	}
 	log := a.logger.With("job_id", b.JobID)
-	row, err := a.jobRows.JobForSubmit(ctx, b.JobID)
+	row, err := a.db.JobForSubmit(ctx, b.JobID)
 	switch {
 	case errors.Is(err, cmdb.ErrJobNotFound):
 		log.Warn("build refused: no such job in CubeMaster's database")

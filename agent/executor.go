@@ -65,6 +65,7 @@ type execMetrics struct {
 	interrupted   prometheus.Counter
 	cancelled     prometheus.Counter
 	timedOut      prometheus.Counter
+	replicaMetrics
 }
 
 // executorDeps are the executor's collaborators.
@@ -80,6 +81,11 @@ type executorDeps struct {
 	metrics  execMetrics
 	// objects keeps the durable copy in the blob store; nil for none.
 	objects *objectPublisher
+	// shared is CubeMaster's database, through which replicas share
+	// builds; nil when TC works alone.
+	shared replicaDB
+	// replicaSettings is read at each use, as settings.
+	replicaSettings func() config.Replicas
 }
 
 // errStopping marks work abandoned because the agent is stopping, or a
@@ -382,6 +388,11 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	r.report(ctx, spool.KindFingerprint, api.FingerprintReport(artifactID, fp, img.Digest))
 
 	for {
+		if built, ok := e.reuseFromRow(ctx, fp, r.log); ok {
+			e.metrics.dedup.WithLabelValues("reuse").Inc()
+			r.log.Info("reusing READY artifact", "artifact_id", built.ArtifactID, "object_key", built.ObjectKey)
+			return built, api.PhaseReady, nil
+		}
 		if built, ok := r.e.reusable(ctx, fp, r.log); ok {
 			built, err := r.publishObject(ctx, built)
 			switch {
@@ -395,6 +406,7 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 				return nil, api.PhaseBuildingExt4, err
 			}
 			e.metrics.dedup.WithLabelValues("reuse").Inc()
+			e.metrics.reuseHits.WithLabelValues(reuseLocal).Inc()
 			r.log.Info("reusing published artifact", "path", built.Ext4Path, "object_key", built.ObjectKey)
 			return built, api.PhaseReady, nil
 		}
@@ -405,7 +417,7 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 			e.wg.Add(1)
 			go func() {
 				defer e.wg.Done()
-				built, err := r.buildArtifact(fl.ctx, img, ca, fp, artifactID)
+				built, err := r.produce(fl.ctx, img, ca, fp, artifactID)
 				var timeout buildTimeout
 				if err != nil && errors.As(context.Cause(fl.ctx), &timeout) {
 					// Whichever step it stopped in (image, upload).

@@ -141,7 +141,7 @@ type harness struct {
 	objects blobstore.Store
 	// database is CubeMaster's database submits are checked against, when
 	// set.
-	database JobRows
+	database Database
 
 	notesMu sync.Mutex
 	notes   []string

@@ -20,7 +20,8 @@ const spoolScrapeTimeout = 2 * time.Second
 // metrics are the agent's Prometheus series, on a private registry.
 // Subsystems: jobs (the life of build jobs), build (the image work),
 // callback (reports to CubeMaster), queue and outbox (spool depths, with
-// spool_scrape_success), layer_cache.
+// spool_scrape_success), layer_cache, blobstore and, with a database,
+// replica and reconcile.
 type metrics struct {
 	registry *prometheus.Registry
 	// collectors are all the registry holds, in registration order.
@@ -34,6 +35,10 @@ type metrics struct {
 	interrupted   prometheus.Counter
 	cancelled     prometheus.Counter
 	timedOut      prometheus.Counter
+	// replica is registered only with a database (replica_* series).
+	replica replicaMetrics
+	// reconcile is registered only with a database, as replica.
+	reconcile reconcileMetrics
 }
 
 // spoolCounts is what the spool collector reads at scrape time.
@@ -82,6 +87,8 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 			Namespace: namespace, Subsystem: "jobs", Name: "timed_out_total",
 			Help: "Jobs ended FAILED because their build ran past build.timeout.",
 		}),
+		replica:   newReplicaMetrics(),
+		reconcile: newReconcileMetrics(),
 	}
 	m.register(
 		collectors.NewGoCollector(),

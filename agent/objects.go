@@ -1,12 +1,17 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,6 +114,7 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 		p.metrics.failures.WithLabelValues("upload").Inc()
 		return p.fallback(&out, log, err)
 	}
+	p.putRecord(ctx, built, log)
 	res, err := p.withFields(ctx, &out, key, log)
 	if err != nil {
 		return nil, err
@@ -192,18 +198,89 @@ func (p *objectPublisher) fallback(b *api.Built, log *slog.Logger, err error) (*
 	return b, nil
 }
 
-// remove deletes an artifact's object by its key, whatever was reported
-// about it before; a missing object is success.
-func (p *objectPublisher) remove(ctx context.Context, artifactID string) error {
+// remove deletes an artifact's object and its record, by the keys derived
+// from its id and any other key it was reported under (extraKeys, e.g. a
+// database row's object_key); a missing object is success.
+func (p *objectPublisher) remove(ctx context.Context, artifactID string, extraKeys ...string) error {
 	if p == nil {
 		return nil
 	}
 	key := blobstore.ArtifactKey(p.prefix, artifactID)
-	if err := p.store.Delete(ctx, key); err != nil {
-		p.metrics.failures.WithLabelValues("delete").Inc()
-		return fmt.Errorf("delete artifact object %s: %w", key, err)
+	keys := []string{key}
+	for _, k := range extraKeys {
+		if k != "" && k != key {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range append(keys, recordKey(key)) {
+		if err := p.store.Delete(ctx, k); err != nil {
+			p.metrics.failures.WithLabelValues("delete").Inc()
+			return fmt.Errorf("delete artifact object %s: %w", k, err)
+		}
 	}
 	return nil
+}
+
+// maxRecordBytes bounds an artifact record read back from the blob store:
+// the image configuration is capped at 8 MiB when pulled.
+const maxRecordBytes = 9 << 20
+
+// recordKey is the key of the record stored beside an artifact's object.
+func recordKey(objectKey string) string {
+	return strings.TrimSuffix(objectKey, ".ext4") + ".json"
+}
+
+// putRecord stores the artifact's BUILT fields beside its verified object,
+// so a replica that finds the object before CubeMaster registered it can
+// report the artifact without building it. A failure only costs that: it
+// is logged.
+func (p *objectPublisher) putRecord(ctx context.Context, built *api.Built, log *slog.Logger) {
+	rec := *built
+	rec.StorageBackend, rec.ObjectKey, rec.ArtifactURL, rec.MasterNodeIP = "", "", "", ""
+	data, err := json.Marshal(rec)
+	if err == nil {
+		sum := sha256.Sum256(data)
+		key := recordKey(blobstore.ArtifactKey(p.prefix, built.ArtifactID))
+		err = p.store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
+	}
+	if err != nil {
+		p.metrics.failures.WithLabelValues("record").Inc()
+		log.Warn("store artifact record beside the object", "err", err)
+	}
+}
+
+// adopt returns the artifact of fingerprint fp as another replica stored
+// it, when its object and record are both there and agree (same artifact,
+// fingerprint, size and sha256); ok is false otherwise, errors included.
+func (p *objectPublisher) adopt(ctx context.Context, artifactID, fp string, log *slog.Logger) (*api.Built, bool) {
+	if p == nil {
+		return nil, false
+	}
+	key := blobstore.ArtifactKey(p.prefix, artifactID)
+	info, err := p.store.Stat(ctx, key)
+	if err != nil {
+		if !errors.Is(err, blobstore.ErrNotFound) {
+			log.Warn("look for the artifact's object", "object_key", key, "err", err)
+		}
+		return nil, false
+	}
+	data, err := p.store.Get(ctx, recordKey(key), maxRecordBytes)
+	if err != nil {
+		log.Warn("artifact object has no readable record; building it", "object_key", key, "err", err)
+		return nil, false
+	}
+	var rec api.Built
+	if err := json.Unmarshal(data, &rec); err != nil || rec.ArtifactID != artifactID || rec.Fingerprint != fp ||
+		rec.Ext4SizeBytes != info.Size || rec.Ext4SHA256 != info.SHA256 || info.SHA256 == "" {
+		log.Warn("artifact record does not match its object; building it", "object_key", key, "decode_err", err)
+		return nil, false
+	}
+	out, err := p.withFields(ctx, &rec, key, log)
+	if err != nil || out.ObjectKey == "" {
+		return nil, false
+	}
+	p.metrics.verifiedReuses.Inc()
+	return out, true
 }
 
 // progressReader reports the share of total read so far.

@@ -130,8 +130,8 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handleArtifactDelete removes <store>/<artifact_id>/, idempotently, and
-// only when it holds nothing but the artifact's image.
+// handleArtifactDelete deletes an artifact's data (deleteArtifact),
+// idempotently.
 func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.readBody(w, r)
 	if !ok {
@@ -153,31 +153,12 @@ func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "artifact_id: not a plain artifact id")
 		return
 	}
-	var delErr error
-	ran := a.exec.withArtifactIdle(id, func() {
-		// The object first: when the blob store fails, nothing local is
-		// deleted, so CubeMaster's retry finds the same state.
-		if delErr = a.objects.remove(r.Context(), id); delErr != nil {
-			return
-		}
-		delErr = a.store.RemoveArtifact(id)
-		if delErr == nil {
-			delErr = a.spool.DeleteArtifact(r.Context(), id)
-		}
-	})
-	switch {
-	case !ran:
-		writeError(w, http.StatusConflict, "artifact is being built")
-	case errors.Is(delErr, rootfs.ErrNotArtifact):
-		a.logger.Warn("artifact delete refused", "artifact_id", id, "err", delErr)
-		writeError(w, http.StatusConflict, delErr.Error()+"; left in place")
-	case delErr != nil:
-		a.logger.Error("delete artifact", "artifact_id", id, "err", delErr)
-		writeError(w, http.StatusInternalServerError, delErr.Error())
-	default:
-		a.logger.Info("artifact deleted", "artifact_id", id)
-		writeJSON(w, http.StatusOK, map[string]string{"status": "deleted", "artifact_id": id})
+	status, msg := a.deleteArtifact(r.Context(), id)
+	if status != http.StatusOK {
+		writeError(w, status, msg)
+		return
 	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "deleted", "artifact_id": id})
 }
 
 // jobView is a job as the API shows it: never the request, which holds
@@ -313,11 +294,11 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if a.jobRows != nil {
+	if a.db != nil {
 		// Every submit reads CubeMaster's database: without it none is
 		// accepted. Bounded like the blob store check.
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		check("database", a.jobRows.Ping(ctx))
+		check("database", a.db.Ping(ctx))
 		cancel()
 	}
 	if a.stopping.Load() {

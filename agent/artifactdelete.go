@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+)
+
+// errArtifactBuilding refuses a delete of an artifact being built here.
+var errArtifactBuilding = errors.New("artifact is being built")
+
+// deleteArtifact deletes artifact id's data and answers with the HTTP
+// status and message of the outcome. Alone, it removes the object, then
+// <store>/<id>/ (only when it holds nothing but the image), then the
+// spool's record. With CubeMaster's database it follows the claim
+// protocol (deleteClaimed).
+func (a *Agent) deleteArtifact(ctx context.Context, id string) (int, string) {
+	log := a.logger.With("artifact_id", id)
+	if a.db != nil {
+		return a.deleteClaimed(ctx, id)
+	}
+	ran, err := a.removeArtifactData(ctx, id)
+	return a.deleteAnswer(log, ran, err)
+}
+
+// removeArtifactData deletes the blob store's object (by the artifact's
+// key and any extraKeys) and its record first, so that when the store
+// fails nothing local is gone and a retry finds the same state; then the
+// local directory and the spool's record. ran is false when the artifact
+// is being built: nothing is deleted.
+func (a *Agent) removeArtifactData(ctx context.Context, id string, extraKeys ...string) (ran bool, err error) {
+	ran = a.exec.withArtifactIdle(id, func() {
+		if err = a.objects.remove(ctx, id, extraKeys...); err != nil {
+			return
+		}
+		if err = a.store.RemoveArtifact(id); err != nil {
+			return
+		}
+		err = a.spool.DeleteArtifact(ctx, id)
+	})
+	return ran, err
+}
+
+// deleteAnswer turns the outcome of removeArtifactData into an answer.
+func (a *Agent) deleteAnswer(log *slog.Logger, ran bool, err error) (int, string) {
+	switch {
+	case !ran:
+		return http.StatusConflict, errArtifactBuilding.Error()
+	case errors.Is(err, rootfs.ErrNotArtifact):
+		log.Warn("artifact delete refused", "err", err)
+		return http.StatusConflict, err.Error() + "; left in place"
+	case err != nil:
+		log.Error("delete artifact", "err", err)
+		return http.StatusInternalServerError, err.Error()
+	}
+	log.Info("artifact deleted")
+	return http.StatusOK, ""
+}
+
+// deleteClaimed deletes an artifact CubeMaster marked for deletion: it
+// claims the row (DELETING), deletes the object by the row's object_key
+// and storage_backend as well as by the artifact's own key, then the local
+// directory, then hard-deletes the row. A data step that fails puts the
+// row back to CLEANUP_PENDING with last_error (500), for a retry or the
+// sweep. No row at all means a replica deleted it already: only local
+// leftovers are removed. A row in another status (READY, BUILDING) is not
+// CubeMaster's request to delete: 409, nothing touched.
+func (a *Agent) deleteClaimed(ctx context.Context, id string) (int, string) {
+	log := a.logger.With("artifact_id", id)
+	row, claimed, err := a.db.ClaimArtifact(ctx, id)
+	switch {
+	case errors.Is(err, cmdb.ErrArtifactNotFound):
+		ran, err := a.removeArtifactData(ctx, id)
+		return a.deleteAnswer(log.With("row", "none"), ran, err)
+	case errors.Is(err, cmdb.ErrUnavailable):
+		log.Warn("artifact delete refused: CubeMaster's database is unavailable", "err", err)
+		return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later"
+	case err != nil:
+		log.Error("claim artifact row", "err", err)
+		return http.StatusInternalServerError, "claim artifact row: " + err.Error()
+	case !claimed:
+		log.Warn("artifact delete refused: its row is not marked for deletion", "status", row.Status)
+		return http.StatusConflict, fmt.Sprintf("artifact is %s in CubeMaster's database, not CLEANUP_PENDING; nothing deleted", row.Status)
+	}
+	if row.StoreBacked() && (a.objects == nil || a.objects.store.Backend() != row.StorageBackend) {
+		err = fmt.Errorf("artifact object %s is in a %s blob store, which this replica is not configured with", row.ObjectKey, row.StorageBackend)
+	} else {
+		var ran bool
+		ran, err = a.removeArtifactData(ctx, id, row.ObjectKey)
+		if err == nil && !ran {
+			err = errArtifactBuilding
+		}
+	}
+	if err != nil {
+		log.Error("delete artifact data; row back to CLEANUP_PENDING", "err", err)
+		if rerr := a.db.ReleaseClaim(context.WithoutCancel(ctx), id, err.Error()); rerr != nil {
+			log.Error("put artifact row back to CLEANUP_PENDING", "err", rerr)
+		}
+		if errors.Is(err, rootfs.ErrNotArtifact) || errors.Is(err, errArtifactBuilding) {
+			return http.StatusConflict, err.Error() + "; left in place"
+		}
+		return http.StatusInternalServerError, "delete artifact data: " + err.Error()
+	}
+	if err := a.db.DeleteClaimed(ctx, id); err != nil {
+		log.Error("delete artifact row", "err", err)
+		return http.StatusInternalServerError, "delete artifact row: " + err.Error()
+	}
+	log.Info("artifact deleted", "object_key", row.ObjectKey, "row", "deleted")
+	return http.StatusOK, ""
+}

@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+)
+
+// The CLEANUP_PENDING sweep. It deletes artifacts CubeMaster marked for
+// deletion whose delete call failed or never came. It does not fail stale
+// jobs: CubeMaster's own reconciler owns job state (TC only reports
+// through callbacks), and two sweeps with thresholds kept in sync by hand
+// would race over the same rows.
+const (
+	// cleanupAge is how long a row stays CLEANUP_PENDING, untouched,
+	// before the sweep deletes it: long enough for CubeMaster's own delete
+	// call to have run.
+	cleanupAge = 5 * time.Minute
+	// sweepLimit bounds the rows one sweep deletes.
+	sweepLimit = 200
+	// firstSweepAfter is how soon after start the first sweep runs (or one
+	// interval, when that is shorter).
+	firstSweepAfter = 15 * time.Second
+)
+
+// Sweep results, the result label of reconcile_sweeps_total.
+const (
+	sweepDone    = "done"
+	sweepSkipped = "skipped"
+	sweepFailed  = "failed"
+)
+
+// reconcileMetrics are the sweep's series.
+type reconcileMetrics struct {
+	sweeps  *prometheus.CounterVec
+	deleted prometheus.Counter
+	failed  prometheus.Counter
+}
+
+func newReconcileMetrics() reconcileMetrics {
+	m := reconcileMetrics{
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "reconcile", Name: "sweeps_total",
+			Help: "CLEANUP_PENDING sweeps, by result (done; skipped: another replica held the lock; failed).",
+		}, []string{"result"}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "reconcile", Name: "deleted_total",
+			Help: "CLEANUP_PENDING artifacts the sweep deleted.",
+		}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "reconcile", Name: "delete_failures_total",
+			Help: "CLEANUP_PENDING artifacts the sweep could not delete (left CLEANUP_PENDING with last_error).",
+		}),
+	}
+	for _, r := range []string{sweepDone, sweepSkipped, sweepFailed} {
+		m.sweeps.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m reconcileMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.sweeps, m.deleted, m.failed}
+}
+
+// reconcileLoop sweeps soon after start, then every
+// replicas.reconcile_interval, while the agent runs with a database. The
+// settings are read at each pass, so a reload turns it on or off.
+func (a *Agent) reconcileLoop(ctx context.Context) {
+	if a.db == nil {
+		return
+	}
+	wait := min(firstSweepAfter, a.config().Replicas.ReconcileInterval)
+	for {
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		settings := a.config().Replicas
+		wait = settings.ReconcileInterval
+		if settings.ReconcileDisabled {
+			continue
+		}
+		a.sweep(ctx)
+	}
+}
+
+// sweep deletes, under tc_reconcile_v1, up to sweepLimit artifacts whose
+// rows have been CLEANUP_PENDING for cleanupAge, as a delete call would.
+// When another replica holds the lock it sweeps, and this pass is skipped.
+func (a *Agent) sweep(ctx context.Context) {
+	m := a.metrics.reconcile
+	lock, ok, err := a.db.TryLock(ctx, cmdb.ReconcileLockName, cmdb.LockOptions{Keepalive: a.config().Replicas.LockKeepalive})
+	switch {
+	case err != nil:
+		m.sweeps.WithLabelValues(sweepFailed).Inc()
+		a.logger.Warn("reconcile: take the sweep lock", "err", err)
+		return
+	case !ok:
+		m.sweeps.WithLabelValues(sweepSkipped).Inc()
+		a.logger.Debug("reconcile: another replica is sweeping")
+		return
+	}
+	defer func() {
+		if err := lock.Release(context.WithoutCancel(ctx)); err != nil {
+			a.logger.Warn("reconcile: release the sweep lock", "err", err)
+		}
+	}()
+	ids, err := a.db.StaleCleanups(ctx, cleanupAge, sweepLimit)
+	if err != nil {
+		m.sweeps.WithLabelValues(sweepFailed).Inc()
+		a.logger.Warn("reconcile: list CLEANUP_PENDING artifacts", "err", err)
+		return
+	}
+	deleted, failed := 0, 0
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			break
+		}
+		if !api.ValidArtifactID(id) {
+			failed++
+			a.logger.Warn("reconcile: CLEANUP_PENDING row has an artifact id that is not a plain name; left alone", "artifact_id", id)
+			continue
+		}
+		if status, msg := a.deleteClaimed(ctx, id); status != http.StatusOK {
+			failed++
+			a.logger.Warn("reconcile: delete CLEANUP_PENDING artifact", "artifact_id", id, "status", status, "err", msg)
+			continue
+		}
+		deleted++
+	}
+	m.deleted.Add(float64(deleted))
+	m.failed.Add(float64(failed))
+	m.sweeps.WithLabelValues(sweepDone).Inc()
+	if len(ids) > 0 {
+		a.logger.Info("reconcile: swept CLEANUP_PENDING artifacts", "deleted", deleted, "failed", failed)
+	}
+}
