@@ -4,6 +4,15 @@
 // report in order, and can be told to fail or vanish. It also writes the
 // build requests CubeMaster sends (BuildRequest). Tests, the demo and the
 // benchmarks drive the agent against it.
+//
+// With UseDatabase it also keeps CubeMaster's database, so that TC replicas
+// sharing it can be tested: CreateJob inserts the job row CubeMaster writes
+// before it posts a build; callbacks update that row (the columns CubeMaster
+// copies, with its terminal-state guard); a BUILT callback registers the
+// artifact row under the build lock (BuildLockName) before it is answered,
+// adopting an existing READY row of the fingerprint, and answers 500 when it
+// cannot, so TC retries; DeleteArtifact marks a row CLEANUP_PENDING and asks
+// TC to delete it. ArtifactRows, JobRow and AgeArtifact serve assertions.
 package cubemaster
 
 import (
@@ -17,6 +26,9 @@ import (
 	"sync"
 	"time"
 )
+
+// tokenHeader carries the shared secret in both directions.
+const tokenHeader = "X-Cube-Template-Callback-Token"
 
 // Callback is one status report as received.
 type Callback struct {
@@ -49,11 +61,15 @@ func (c Callback) Terminal() bool {
 type Server struct {
 	// Token is the shared secret expected; empty accepts any request.
 	Token string
+	// LockWait bounds the wait for the build lock when a BUILT callback
+	// registers its artifact in database mode; 0 is DefaultLockWait.
+	LockWait time.Duration
 
 	mu        sync.Mutex
 	callbacks []Callback
 	terminal  map[string]string
 	respond   func(jobID string, body map[string]any) int
+	db        *store
 	changed   chan struct{}
 	srv       *http.Server
 	ln        net.Listener
@@ -124,13 +140,12 @@ func (s *Server) Restart() error {
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	jobID := r.PathValue("job_id")
-	token := strings.TrimSpace(r.Header.Get("X-Cube-Template-Callback-Token"))
+	token := strings.TrimSpace(r.Header.Get(tokenHeader))
 	var body map[string]any
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	err := dec.Decode(&body)
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	status := http.StatusOK
 	msg := ""
 	switch {
@@ -146,14 +161,22 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			status, msg = st, fmt.Sprintf("stand-in answered %d", st)
 		}
 	}
-	if status == http.StatusOK {
-		if st, _ := body["status"].(string); st == "BUILT" || st == "FAILED" {
-			if prev, ok := s.terminal[jobID]; ok && prev != st {
-				status, msg = http.StatusConflict, "job already in terminal state "+prev
-			} else {
-				s.terminal[jobID] = st
+	if status == http.StatusOK && s.db != nil {
+		// The database work (a BUILT waits for its build lock) runs
+		// unlocked, so that callbacks of other jobs go on meanwhile;
+		// the guard is checked before it and again after.
+		if status, msg = s.guardTerminal(jobID, body, false); status == http.StatusOK {
+			db, wait := s.db, s.LockWait
+			if wait <= 0 {
+				wait = DefaultLockWait
 			}
+			s.mu.Unlock()
+			status, msg = db.apply(r.Context(), jobID, body, wait)
+			s.mu.Lock()
 		}
+	}
+	if status == http.StatusOK {
+		status, msg = s.guardTerminal(jobID, body, true)
 	}
 	s.callbacks = append(s.callbacks, Callback{JobID: jobID, Body: body, Token: token, Status: status, At: time.Now()})
 	close(s.changed)
@@ -162,9 +185,27 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 	if msg != "" {
 		json.NewEncoder(w).Encode(map[string]string{"error": msg})
-		return
+	} else {
+		json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
 	}
-	json.NewEncoder(w).Encode(map[string]string{"status": "ok"})
+	s.mu.Unlock()
+}
+
+// guardTerminal applies the terminal-state guard to an accepted callback
+// (s.mu held): a job that ended BUILT or FAILED may not end otherwise.
+// With record, a terminal callback that passes is remembered.
+func (s *Server) guardTerminal(jobID string, body map[string]any, record bool) (int, string) {
+	st, _ := body["status"].(string)
+	if st != "BUILT" && st != "FAILED" {
+		return http.StatusOK, ""
+	}
+	if prev, ok := s.terminal[jobID]; ok && prev != st {
+		return http.StatusConflict, "job already in terminal state " + prev
+	}
+	if record {
+		s.terminal[jobID] = st
+	}
+	return http.StatusOK, ""
 }
 
 // Callbacks returns the callbacks for jobID (all jobs when empty) that the
