@@ -39,7 +39,9 @@ type testBuilder struct {
 	mu         sync.Mutex
 	builds     int
 	resolveErr error
-	caErr      error
+	// resolveHook, when set, runs at the start of Resolve.
+	resolveHook func()
+	caErr       error
 	// beforePublish runs inside Build; an error fails the build.
 	beforePublish func(ctx context.Context, spec rootfs.Spec) error
 	// whileWriting runs inside Build once the temporary image is written,
@@ -50,8 +52,11 @@ type testBuilder struct {
 
 func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.Image, error) {
 	b.mu.Lock()
-	err := b.resolveErr
+	err, hook := b.resolveErr, b.resolveHook
 	b.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	if err != nil {
 		return nil, err
 	}

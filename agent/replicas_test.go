@@ -1,0 +1,452 @@
+package agent
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
+	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
+)
+
+// replicaSet is what replicas share: CubeMaster's database (one fresh
+// database per test) and a blob store (fs, in a temporary directory).
+type replicaSet struct {
+	t       *testing.T
+	dialect dbDialect
+	opts    cmdb.Options
+	seed    *sql.DB
+	objects *blobstore.FS
+	root    string
+	// srv is the database server, for outage tests.
+	srv dbServer
+}
+
+func newReplicaSet(t *testing.T, dl dbDialect) *replicaSet {
+	t.Helper()
+	opts, d, srv := dl.open(t)
+	seed := d.Open(t)
+	// No idle connections to find dead after a server restart.
+	seed.SetMaxIdleConns(0)
+	if err := dbserver.CreateCubeMasterSchema(context.Background(), seed, d.Dialect); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "objects")
+	objects, err := blobstore.NewFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &replicaSet{t: t, dialect: dl, opts: opts, seed: seed, objects: objects, root: root, srv: srv}
+}
+
+// replica starts an agent on the shared database and blob store. With
+// register its CubeMaster stand-in keeps the database as CubeMaster does
+// (job rows, artifact rows on BUILT); without, artifact rows are never
+// written, as in the gap before CubeMaster registers a BUILT.
+func (rs *replicaSet) replica(register bool, mutate func(*config.Config)) *harness {
+	t := rs.t
+	t.Helper()
+	h := newHarness(t, func(c *config.Config) {
+		c.Replicas.LockPollInterval = 50 * time.Millisecond
+		c.Replicas.ReconcileInterval = time.Hour
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	db, err := cmdb.Open(context.Background(), rs.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	h.database, h.objects = db, rs.objects
+	if register {
+		if err := h.master.UseDatabase(rs.seed, rs.dialect.driver); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.start()
+	return h
+}
+
+// createJob writes the job row CubeMaster writes before it posts body.
+func (rs *replicaSet) createJob(body map[string]any) {
+	rs.t.Helper()
+	insertJobRow(rs.t, rs.seed, rs.dialect.driver, body["job_id"].(string), "PENDING", snapshotOf(rs.t, body))
+}
+
+// submit creates the job row and posts the build to h.
+func (rs *replicaSet) submit(h *harness, id, ref string) {
+	rs.t.Helper()
+	body := buildBody(id, ref)
+	rs.createJob(body)
+	if code, out := h.post("/tc/api/v1/build", body); code != http.StatusOK {
+		rs.t.Fatalf("submit %s: %d %v", id, code, out)
+	}
+}
+
+// objectNames lists the blob store's files.
+func (rs *replicaSet) objectNames() []string {
+	rs.t.Helper()
+	entries, err := os.ReadDir(rs.root)
+	if err != nil {
+		rs.t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// artifactRows reads the artifact table.
+func (rs *replicaSet) artifactRows() map[string]string {
+	rs.t.Helper()
+	rows, err := rs.seed.Query("SELECT artifact_id, status FROM t_cube_rootfs_artifact")
+	if err != nil {
+		rs.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, status string
+		if err := rows.Scan(&id, &status); err != nil {
+			rs.t.Fatal(err)
+		}
+		out[id] = status
+	}
+	return out
+}
+
+// exec runs a statement on the seed connection, ? placeholders on MySQL
+// and $n on PostgreSQL written by the caller.
+func (rs *replicaSet) exec(q string, args ...any) {
+	rs.t.Helper()
+	if _, err := rs.seed.Exec(q, args...); err != nil {
+		rs.t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// waitFor polls cond until it holds or 20 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReplicasShareOneBuild: while replica A builds a spec under its lock,
+// replica B, given the same spec, waits; once A's artifact is out B
+// reports it without building, from CubeMaster's READY row when CubeMaster
+// registered it, or from A's object and record when it has not yet.
+func TestReplicasShareOneBuild(t *testing.T) {
+	for _, dl := range dbDialects {
+		for _, register := range []bool{true, false} {
+			t.Run(dl.name+"/"+map[bool]string{true: "registered", false: "unregistered"}[register], func(t *testing.T) {
+				rs := newReplicaSet(t, dl)
+				a, b := rs.replica(register, nil), rs.replica(register, nil)
+				entered, release := a.pauseAtPublish()
+				rs.submit(a, "job-a", "alpine:3")
+				<-entered
+				rs.submit(b, "job-b", "alpine:3")
+				waitFor(t, "replica B to wait for the lock", func() bool {
+					return testutil.ToFloat64(b.agent.metrics.replica.lockWaits) == 1
+				})
+				close(release)
+				ca, cb := a.terminal("job-a"), b.terminal("job-b")
+				if ca.Field("status") != "BUILT" || cb.Field("status") != "BUILT" {
+					t.Fatalf("terminal reports: A %v, B %v", ca.Body, cb.Body)
+				}
+				for _, f := range []string{"artifact_id", "ext4_sha256", "object_key", "storage_backend", "image_config_json"} {
+					if ca.Field(f) != cb.Field(f) || ca.Field(f) == "" {
+						t.Errorf("%s: A %q, B %q", f, ca.Field(f), cb.Field(f))
+					}
+				}
+				if ca.Int("ext4_size_bytes") != cb.Int("ext4_size_bytes") || ca.Body["cube_egress_ca_baked"] != cb.Body["cube_egress_ca_baked"] {
+					t.Errorf("size or CA fields differ: A %v, B %v", ca.Body, cb.Body)
+				}
+				if n := b.builder.buildCount(); n != 0 {
+					t.Errorf("replica B built %d times", n)
+				}
+				// Registered or not, B may take the lock before CubeMaster
+				// registers A's artifact: then the object stands for it.
+				hits := b.agent.metrics.replica.reuseHits
+				row, object := testutil.ToFloat64(hits.WithLabelValues(reuseRow)), testutil.ToFloat64(hits.WithLabelValues(reuseObject))
+				if row+object != 1 || (!register && object != 1) {
+					t.Errorf("B's reuse_hits_total: row %v, object %v; want one (object without registration)", row, object)
+				}
+				id := ca.Field("artifact_id")
+				if got, want := rs.objectNames(), []string{id + ".ext4", id + ".ext4.sha256", id + ".json", id + ".json.sha256"}; !slices.Equal(got, want) {
+					t.Errorf("blob store holds %v, want %v", got, want)
+				}
+				if register {
+					if rows := rs.artifactRows(); len(rows) != 1 || rows[id] != cmdb.ArtifactReady {
+						t.Errorf("artifact rows = %v, want %s READY", rows, id)
+					}
+				}
+				if _, err := os.Stat(b.cfg.Store.Dir + "/" + id); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("replica B has a local copy: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// TestReuseFromReadyRow: a READY row whose object is intact is reported at
+// once, with the row's fields; one whose object is gone is not reused.
+func TestReuseFromReadyRow(t *testing.T) {
+	for _, dl := range dbDialects {
+		t.Run(dl.name, func(t *testing.T) {
+			rs := newReplicaSet(t, dl)
+			first := rs.replica(true, nil)
+			rs.submit(first, "job-1", "alpine:3")
+			built := first.terminal("job-1")
+			if built.Field("status") != "BUILT" {
+				t.Fatalf("first build: %v", built.Body)
+			}
+			// A replica with an empty store and spool: only the row and
+			// the object can tell it about the artifact.
+			h := rs.replica(true, nil)
+			rs.submit(h, "job-2", "alpine:3")
+			cb := h.terminal("job-2")
+			if cb.Field("status") != "BUILT" || cb.Field("artifact_id") != built.Field("artifact_id") || h.builder.buildCount() != 0 {
+				t.Fatalf("reuse: %v (builds %d)", cb.Body, h.builder.buildCount())
+			}
+			if got := testutil.ToFloat64(h.agent.metrics.replica.reuseHits.WithLabelValues(reuseRow)); got != 1 {
+				t.Errorf("reuse_hits_total{source=row} = %v", got)
+			}
+			if cb.Field("master_node_ip") != "http://10.0.0.1:8089" {
+				t.Errorf("master_node_ip = %q, want this job's download base", cb.Field("master_node_ip"))
+			}
+
+			// The object vanished behind TC's back: the row is not taken
+			// for the artifact; the build runs (and uploads again).
+			if err := rs.objects.Delete(context.Background(), built.Field("object_key")); err != nil {
+				t.Fatal(err)
+			}
+			other := rs.replica(true, nil)
+			rs.submit(other, "job-3", "alpine:3")
+			if cb := other.terminal("job-3"); cb.Field("status") != "BUILT" || other.builder.buildCount() != 1 {
+				t.Fatalf("after the object vanished: %v (builds %d)", cb.Body, other.builder.buildCount())
+			}
+			if _, err := rs.objects.Stat(context.Background(), built.Field("object_key")); err != nil {
+				t.Errorf("object not uploaded again: %v", err)
+			}
+		})
+	}
+}
+
+// failingDelete is a blob store whose deletes fail.
+type failingDelete struct{ blobstore.Store }
+
+func (failingDelete) Delete(ctx context.Context, key string) error {
+	return &blobstore.Error{Backend: blobstore.BackendFS, Op: "delete", Key: key, Detail: "permission denied"}
+}
+
+// TestDeleteClaimsTheRow follows CubeMaster's delete: the row marked
+// CLEANUP_PENDING is claimed, the object, its record and the directory go,
+// then the row. A READY row is refused, a missing one is success.
+func TestDeleteClaimsTheRow(t *testing.T) {
+	for _, dl := range dbDialects {
+		t.Run(dl.name, func(t *testing.T) {
+			rs := newReplicaSet(t, dl)
+			h := rs.replica(true, nil)
+			ctx := context.Background()
+			rs.submit(h, "job-1", "alpine:3")
+			id := h.terminal("job-1").Field("artifact_id")
+			dir := filepath.Join(h.cfg.Store.Dir, id)
+
+			// READY: CubeMaster did not mark it; nothing is touched.
+			if code, out := h.post("/tc/api/v1/artifact/delete", map[string]string{"artifact_id": id}); code != http.StatusConflict ||
+				!strings.Contains(out["error"].(string), "READY") {
+				t.Errorf("delete of a READY artifact = %d %v, want 409", code, out)
+			}
+			if _, err := os.Stat(dir); err != nil || len(rs.objectNames()) != 4 {
+				t.Fatalf("a refused delete removed data: %v, objects %v", err, rs.objectNames())
+			}
+
+			code, body, err := h.master.DeleteArtifact(ctx, h.url, testToken, id)
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("DeleteArtifact = %d %s %v", code, body, err)
+			}
+			if rows := rs.artifactRows(); len(rows) != 0 {
+				t.Errorf("rows after delete: %v", rows)
+			}
+			if names := rs.objectNames(); len(names) != 0 {
+				t.Errorf("objects after delete: %v", names)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("artifact directory after delete: %v", err)
+			}
+			// Again: no row any more, nothing to do, success.
+			if code, out := h.post("/tc/api/v1/artifact/delete", map[string]string{"artifact_id": id}); code != http.StatusOK {
+				t.Errorf("second delete = %d %v, want 200", code, out)
+			}
+		})
+	}
+}
+
+// TestDeleteDataErrorKeepsRow: when the object cannot be deleted the row
+// goes back to CLEANUP_PENDING with last_error, the answer is 500, and the
+// local copy stays for the retry.
+func TestDeleteDataErrorKeepsRow(t *testing.T) {
+	dl := dbDialects[0]
+	rs := newReplicaSet(t, dl)
+	h := newHarness(t, func(c *config.Config) { c.Replicas.ReconcileInterval = time.Hour })
+	db, err := cmdb.Open(context.Background(), rs.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	h.database, h.objects = db, failingDelete{rs.objects}
+	if err := h.master.UseDatabase(rs.seed, dl.driver); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	rs.submit(h, "job-1", "alpine:3")
+	id := h.terminal("job-1").Field("artifact_id")
+	code, body, err := h.master.DeleteArtifact(context.Background(), h.url, testToken, id)
+	if err != nil || code != http.StatusInternalServerError || !strings.Contains(body, "permission denied") {
+		t.Fatalf("DeleteArtifact with the store failing = %d %s %v, want 500", code, body, err)
+	}
+	row, err := db.Artifact(context.Background(), id)
+	if err != nil || row.Status != cmdb.ArtifactCleanupPending || !strings.Contains(row.LastError, "permission denied") {
+		t.Errorf("row after the failed delete = %+v, %v", row, err)
+	}
+	if _, err := os.Stat(filepath.Join(h.cfg.Store.Dir, id)); err != nil {
+		t.Errorf("local copy removed although the object was not: %v", err)
+	}
+}
+
+// TestSweepDeletesStaleCleanups: rows CLEANUP_PENDING for over five minutes
+// are deleted by the sweep, which runs soon after start; fresh ones and
+// other statuses are left; with the sweep disabled nothing is deleted.
+func TestSweepDeletesStaleCleanups(t *testing.T) {
+	for _, dl := range dbDialects {
+		t.Run(dl.name, func(t *testing.T) {
+			rs := newReplicaSet(t, dl)
+			builder := rs.replica(true, nil)
+			var ids []string
+			for i, ref := range []string{"alpine:1", "alpine:2", "alpine:3"} {
+				id := "job-" + string(rune('1'+i))
+				rs.submit(builder, id, ref)
+				ids = append(ids, builder.terminal(id).Field("artifact_id"))
+			}
+			builder.stop()
+			mark := "UPDATE t_cube_rootfs_artifact SET status = 'CLEANUP_PENDING' WHERE artifact_id = ?"
+			if dl.driver == cmdb.DriverPostgres {
+				mark = strings.Replace(mark, "?", "$1", 1)
+			}
+			rs.exec(mark, ids[0])
+			rs.exec(mark, ids[1])
+			if err := builder.master.AgeArtifact(context.Background(), ids[0], 6*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+
+			disabled := rs.replica(false, func(c *config.Config) {
+				c.Replicas.ReconcileInterval, c.Replicas.ReconcileDisabled = 100*time.Millisecond, true
+			})
+			time.Sleep(500 * time.Millisecond) // several intervals: a disabled sweep must not run in any
+			if got := testutil.ToFloat64(disabled.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone)); got != 0 {
+				t.Errorf("disabled sweep ran %v times", got)
+			}
+			disabled.stop()
+
+			sweeper := rs.replica(false, func(c *config.Config) { c.Replicas.ReconcileInterval = 100 * time.Millisecond })
+			waitFor(t, "a sweep", func() bool {
+				return testutil.ToFloat64(sweeper.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone)) >= 1
+			})
+			if got := testutil.ToFloat64(sweeper.agent.metrics.reconcile.deleted); got != 1 {
+				t.Errorf("reconcile_deleted_total = %v, want 1", got)
+			}
+			rows := rs.artifactRows()
+			if _, ok := rows[ids[0]]; ok || rows[ids[1]] != cmdb.ArtifactCleanupPending || rows[ids[2]] != cmdb.ArtifactReady {
+				t.Errorf("rows after the sweep = %v; want the stale one gone, the fresh CLEANUP_PENDING and READY kept", rows)
+			}
+			names := strings.Join(rs.objectNames(), " ")
+			if strings.Contains(names, ids[0]) || !strings.Contains(names, ids[1]) || !strings.Contains(names, ids[2]) {
+				t.Errorf("objects after the sweep: %s", names)
+			}
+		})
+	}
+}
+
+// TestBuildLockLostWithDatabase: the database going away mid-build loses
+// the lock (reported and counted), and the build still ends BUILT.
+func TestBuildLockLostWithDatabase(t *testing.T) {
+	for _, dl := range dbDialects {
+		t.Run(dl.name, func(t *testing.T) {
+			rs := newReplicaSet(t, dl)
+			h := rs.replica(false, func(c *config.Config) { c.Replicas.LockKeepalive = 100 * time.Millisecond })
+			entered, release := h.pauseAtPublish()
+			rs.submit(h, "job-1", "alpine:3")
+			<-entered
+			restart := stopServer(t, rs.srv)
+			waitFor(t, "the lock loss", func() bool { return testutil.ToFloat64(h.agent.metrics.replica.lockLosses) >= 1 })
+			close(release)
+			if cb := h.terminal("job-1"); cb.Field("status") != "BUILT" {
+				t.Fatalf("build with the database gone: %v", cb.Body)
+			}
+			restart()
+			// Back: a new job row is checked and built (reused) again.
+			rs.submit(h, "job-2", "alpine:3")
+			if cb := h.terminal("job-2"); cb.Field("status") != "BUILT" {
+				t.Fatalf("build after the database came back: %v", cb.Body)
+			}
+		})
+	}
+}
+
+// TestBuildWithoutLockWhenDatabaseDown: a build whose lock cannot be taken
+// because the database is unreachable goes on without it and ends BUILT.
+func TestBuildWithoutLockWhenDatabaseDown(t *testing.T) {
+	rs := newReplicaSet(t, dbDialects[1])
+	h := rs.replica(false, nil)
+	// The job row check passes, then the database goes before the lock.
+	block := make(chan struct{})
+	h.builder.mu.Lock()
+	h.builder.resolveHook = func() { <-block }
+	h.builder.mu.Unlock()
+	rs.submit(h, "job-1", "alpine:3")
+	stopServer(t, rs.srv)
+	close(block)
+	if cb := h.terminal("job-1"); cb.Field("status") != "BUILT" {
+		t.Fatalf("build with the database down: %v", cb.Body)
+	}
+	if got := testutil.ToFloat64(h.agent.metrics.replica.lockUnavailable); got != 1 {
+		t.Errorf("lock_unavailable_total = %v, want 1", got)
+	}
+}
+
+// stopServer stops a shared database server; the returned restart (also
+// run at cleanup, when not called before) brings it back.
+func stopServer(t *testing.T, srv dbServer) (restart func()) {
+	t.Helper()
+	srv.Stop()
+	started := false
+	restart = func() {
+		if started {
+			return
+		}
+		started = true
+		if err := srv.Start(context.Background()); err != nil {
+			t.Fatalf("restart database: %v", err)
+		}
+	}
+	t.Cleanup(restart)
+	return restart
+}
