@@ -42,6 +42,9 @@ type Config struct {
 	InstanceDB InstanceDB `yaml:"instance_db_config"`
 	// Replicas tunes the coordination with other replicas.
 	Replicas Replicas `yaml:"replicas"`
+	// Redis is CubeMaster's Redis, for live pull progress; off unless
+	// nodes are listed.
+	Redis Redis `yaml:"redis"`
 
 	// envErrs collects environment values that failed to parse, reported
 	// by Validate with the rest.
@@ -217,6 +220,7 @@ func Default() *Config {
 		ArtifactStore: defaultArtifactStore(),
 		InstanceDB:    defaultInstanceDB(),
 		Replicas:      defaultReplicas(),
+		Redis:         defaultRedis(),
 	}
 }
 
@@ -450,6 +454,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.ArtifactStore.validate()...)
 	errs = append(errs, c.InstanceDB.validate()...)
 	errs = append(errs, c.Replicas.validate()...)
+	errs = append(errs, c.Redis.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -508,6 +513,9 @@ func (c *Config) RestartOnly(next *Config) []string {
 	}
 	if c.InstanceDB != next.InstanceDB {
 		keys = append(keys, "instance_db_config")
+	}
+	if !c.Redis.equal(next.Redis) {
+		keys = append(keys, "redis")
 	}
 	return keys
 }
