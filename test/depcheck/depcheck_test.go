@@ -33,6 +33,8 @@ var rules = []rule{
 	{"agent/blobstore", nil},
 	// CubeMaster's database takes plain options too.
 	{"agent/cmdb", nil},
+	// So does the publisher of live pull progress to CubeMaster's Redis.
+	{"agent/liveprogress", nil},
 	{"agent/report", []string{"agent/api", "spool"}},
 	{"spool", nil},
 	{"rootfs", []string{"rootfs/..."}},
