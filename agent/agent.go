@@ -15,9 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 	"github.com/cubesandbox/cubetemplatecenter/agent/report"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -31,6 +34,7 @@ type Agent struct {
 	store            rootfs.Store
 	objects          *objectPublisher
 	db               Database
+	live             LiveProgress
 	logger           *slog.Logger
 	level            *slog.LevelVar
 	metrics          *metrics
@@ -72,7 +76,23 @@ type Options struct {
 	// checked against it, builds and deletes are shared with other
 	// replicas through it. Nil: TC works alone.
 	Database Database
+	// LiveProgress receives each job's pull progress for CubeMaster's
+	// Redis; nil sends none.
+	LiveProgress LiveProgress
 }
+
+// LiveProgress publishes jobs' pull progress where CubeMaster overlays it
+// on job polls. It must never block: *liveprogress.Publisher is one.
+type LiveProgress interface {
+	// Update records a job's latest pull progress.
+	Update(jobID string, p liveprogress.Pull)
+	// Finish sends the job's last progress and removes it.
+	Finish(jobID string)
+	// Ping checks the destination answers, for /health.
+	Ping(ctx context.Context) error
+}
+
+var _ LiveProgress = (*liveprogress.Publisher)(nil)
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
 // forgotten.
@@ -85,6 +105,7 @@ func New(o Options) *Agent {
 		spool:            o.Spool,
 		store:            rootfs.Store(o.Config.Store.Dir),
 		db:               o.Database,
+		live:             o.LiveProgress,
 		logger:           o.Logger,
 		level:            o.Level,
 		notify:           o.Notify,
@@ -114,6 +135,9 @@ func New(o Options) *Agent {
 			keepLocal: as.KeepLocal, logger: o.Logger.With("component", "blobstore"), metrics: newObjectMetrics()}
 		a.metrics.register(a.objects.metrics.collectors()...)
 	}
+	if c, ok := o.LiveProgress.(interface{ Collectors() []prometheus.Collector }); ok && o.LiveProgress != nil {
+		a.metrics.register(c.Collectors()...)
+	}
 	if o.Database != nil {
 		a.metrics.register(a.metrics.replica.collectors()...)
 		a.metrics.register(a.metrics.reconcile.collectors()...)
@@ -121,6 +145,7 @@ func New(o Options) *Agent {
 	a.exec = newExecutor(executorDeps{
 		objects:         a.objects,
 		shared:          o.Database,
+		live:            o.LiveProgress,
 		replicaSettings: func() config.Replicas { return a.config().Replicas },
 		jobs:            o.Spool,
 		artifacts:       o.Spool,

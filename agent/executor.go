@@ -14,6 +14,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
@@ -86,6 +87,9 @@ type executorDeps struct {
 	shared replicaDB
 	// replicaSettings is read at each use, as settings.
 	replicaSettings func() config.Replicas
+	// live receives jobs' pull progress for CubeMaster's Redis; nil for
+	// none.
+	live LiveProgress
 }
 
 // errStopping marks work abandoned because the agent is stopping, or a
@@ -326,6 +330,11 @@ func (e *executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.
 	r.log = r.log.With("image", b.Template.SourceImageRef)
 	r.log.Info("build started")
 
+	if e.live != nil {
+		// However the job ends (or is requeued), its live progress goes:
+		// CubeMaster reads the job row once it is not RUNNING.
+		defer e.live.Finish(job.ID)
+	}
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); r.heartbeat(hbCtx) }()
@@ -655,6 +664,10 @@ func (r *jobRun) onProgress(p rootfs.Progress) {
 		final = pull.Done
 	}
 	r.mu.Unlock()
+	if p.Pull != nil && r.e.live != nil {
+		r.e.live.Update(r.job.ID, liveprogress.Pull{TotalBytes: p.Pull.TotalBytes, DownloadedBytes: p.Pull.DownloadedBytes,
+			TotalLayers: int64(p.Pull.TotalLayers), CompletedLayers: int64(p.Pull.CompletedLayers), SpeedBPS: p.Pull.SpeedBPS})
+	}
 	if final {
 		select {
 		case r.flush <- struct{}{}:

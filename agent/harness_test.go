@@ -147,6 +147,8 @@ type harness struct {
 	// database is CubeMaster's database submits are checked against, when
 	// set.
 	database Database
+	// live receives pull progress, when set.
+	live LiveProgress
 
 	notesMu sync.Mutex
 	notes   []string
@@ -233,7 +235,7 @@ func (h *harness) start() {
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
-		Database: h.database,
+		Database: h.database, LiveProgress: h.live,
 		Env:      func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
 		Watchdog: h.watchdog,
 		Notify: func(s string) {

@@ -301,6 +301,17 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		check("database", a.db.Ping(ctx))
 		cancel()
 	}
+	if a.live != nil {
+		// Live progress is best effort (the callbacks carry the same
+		// numbers): a warning, never not ready.
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		err := a.live.Ping(ctx)
+		cancel()
+		checks["redis"] = err == nil
+		if err != nil {
+			degraded["redis"] = err.Error()
+		}
+	}
 	if a.stopping.Load() {
 		check("accepting", errors.New("shutting down"))
 	}

@@ -107,6 +107,21 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			logger.Warn("CubeMaster's database does not answer yet; builds get 503 until it does", "err", err)
 		}
 	}
+	live, err := agent.OpenLiveProgress(cfg, logger)
+	if err != nil {
+		return fmt.Errorf("open CubeMaster's Redis (redis): %w", err)
+	}
+	if live != nil {
+		opts.LiveProgress = live
+		defer func() {
+			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if err := live.Close(closeCtx); err != nil {
+				logger.Warn("close live progress publisher", "err", err)
+			}
+		}()
+		logger.Info("live pull progress sent to CubeMaster's Redis", "nodes", cfg.Redis.Nodes, "db_no", cfg.Redis.DBNo)
+	}
 	a := agent.New(opts)
 
 	runCtx, stop := context.WithCancel(ctx)
