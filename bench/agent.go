@@ -45,6 +45,9 @@ type agentSetup struct {
 	Master       *cubemaster.Server
 	RegistryHost string
 	CAPath       string
+	// ExtraYAML is appended to each agent's configuration (sections the
+	// base configuration does not have).
+	ExtraYAML string
 }
 
 // startAgent runs the agent binary with a configuration of its own under
@@ -75,7 +78,7 @@ build:
   ca_path: %s
 registry:
   insecure: [%q]
-`, port, filepath.Join(dir, "store"), filepath.Join(dir, "work"), filepath.Join(dir, "state", "spool.db"), s.CAPath, s.RegistryHost)
+`, port, filepath.Join(dir, "store"), filepath.Join(dir, "work"), filepath.Join(dir, "state", "spool.db"), s.CAPath, s.RegistryHost) + s.ExtraYAML
 		if err := os.WriteFile(conf, []byte(yaml), 0o644); err != nil {
 			return nil, fmt.Errorf("start agent: %w", err)
 		}
@@ -138,8 +141,18 @@ type tcBuild struct {
 // build submits a build of ref with envd the way CubeMaster does and waits
 // for its terminal report.
 func (a *agentProc) build(ctx context.Context, master *cubemaster.Server, jobID, ref string, envd []byte) (*tcBuild, error) {
+	return a.submit(ctx, master, jobID, buildMessage(master, jobID, ref, envd))
+}
+
+// buildMessage is the build request CubeMaster sends for ref with envd.
+func buildMessage(master *cubemaster.Server, jobID, ref string, envd []byte) map[string]any {
 	msg := cubemaster.BuildRequest(jobID, ref, map[string]any{"requestID": jobID, "template_id": "tpl-bench"})
 	msg["download_base_url"], msg["envd_data"] = master.URL(), envd
+	return msg
+}
+
+// submit posts a build request and waits for its terminal report.
+func (a *agentProc) submit(ctx context.Context, master *cubemaster.Server, jobID string, msg map[string]any) (*tcBuild, error) {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return nil, fmt.Errorf("encode build request: %w", err)
@@ -229,5 +242,9 @@ func parseMetric(text, series string) (float64, error) {
 			return v, nil
 		}
 	}
-	return 0, fmt.Errorf("metric %s not exported", series)
+	return 0, fmt.Errorf("metric %s: %w", series, errNotExported)
 }
+
+// errNotExported is a series missing from /metrics (a labelled series the
+// agent never touched).
+var errNotExported = errors.New("not exported")

@@ -90,6 +90,8 @@ type Report struct {
 	Verified []string `json:"verified,omitempty"`
 	// Mismatch is set when an image's trees differed.
 	Mismatch bool `json:"mismatch,omitempty"`
+	// Replicas holds the two-replica rows, when measured.
+	Replicas *ReplicaResult `json:"replicas,omitempty"`
 }
 
 // Row summarizes the runs of one pipeline on one image.
@@ -432,6 +434,10 @@ func (r *Report) Write(w io.Writer) error {
 			verdict = "MISS"
 		}
 		fmt.Fprintf(bw, "  %s  %-48s want %-36s got %s\n", verdict, t.Name, t.Want, t.Got)
+	}
+	if r.Replicas != nil {
+		fmt.Fprintln(bw)
+		r.Replicas.write(bw)
 	}
 	return bw.Flush()
 }

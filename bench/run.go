@@ -46,6 +46,9 @@ type Config struct {
 	// ScratchSize is the size of that filesystem (DefaultScratchSize when
 	// 0).
 	ScratchSize int64
+	// Replicas adds the two-replica rows (a MariaDB server started for
+	// them), after the main run.
+	Replicas bool
 	// Log receives progress lines (discarded when nil).
 	Log io.Writer
 }
@@ -185,6 +188,11 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 			if err := h.iteration(ctx, name, run); err != nil {
 				return nil, err
 			}
+		}
+	}
+	if h.cfg.Replicas {
+		if err := h.measureReplicas(ctx); err != nil {
+			return nil, err
 		}
 	}
 	h.report.Finished = time.Now()

@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	runs := fs.Int("n", 3, "runs per pipeline and image")
 	images := fs.String("images", strings.Join(bench.DefaultImages(), ","), "images to measure: "+strings.Join(append(bench.DefaultImages(), bench.ImageTiny), ", "))
 	verify := fs.Bool("verify", true, "compare upstream's and the agent's image trees once per image (loop mounts)")
+	replicas := fs.Bool("replicas", true, "add the two-replica rows (two agents on one MariaDB database and fs blob store)")
 	hostFS := fs.Bool("hostfs", false, "build in the work directory's filesystem instead of a fresh journaled ext4 loop-mounted at WORK/builds")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	report, err := bench.Run(ctx, bench.Config{WorkDir: *work, Agent: *agent, Runs: *runs,
-		Images: strings.Split(*images, ","), Verify: *verify, HostFS: *hostFS, Log: stderr})
+		Images: strings.Split(*images, ","), Verify: *verify, HostFS: *hostFS, Replicas: *replicas, Log: stderr})
 	if err != nil {
 		return err
 	}
