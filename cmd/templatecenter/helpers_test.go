@@ -27,6 +27,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
 )
 
@@ -72,11 +73,16 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer s3srv.Close()
+	defer dbservers.Close()
 	return m.Run()
 }
 
 // s3srv is the package's one S3 server, started on first use.
 var s3srv s3server.Shared
+
+// dbservers are the package's MariaDB and PostgreSQL servers, each started
+// on first use, for CubeMaster's database.
+var dbservers dbserver.Shared
 
 // logBuffer collects a child's output and lets tests wait for a line.
 type logBuffer struct {
