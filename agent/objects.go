@@ -212,10 +212,14 @@ func (p *objectPublisher) remove(ctx context.Context, artifactID string, extraKe
 			keys = append(keys, k)
 		}
 	}
-	for _, k := range append(keys, recordKey(key)) {
-		if err := p.store.Delete(ctx, k); err != nil {
-			p.metrics.failures.WithLabelValues("delete").Inc()
-			return fmt.Errorf("delete artifact object %s: %w", k, err)
+	for _, k := range keys {
+		// The object, then the record beside it: a failure between
+		// leaves a record without object, which is never adopted.
+		for _, del := range []string{k, recordKey(k)} {
+			if err := p.store.Delete(ctx, del); err != nil {
+				p.metrics.failures.WithLabelValues("delete").Inc()
+				return fmt.Errorf("delete artifact object %s: %w", del, err)
+			}
 		}
 	}
 	return nil

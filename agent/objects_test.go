@@ -345,3 +345,35 @@ func TestHeartbeatsDuringUpload(t *testing.T) {
 		t.Errorf("got %d heartbeats during the upload, want at least 3", beats)
 	}
 }
+
+// TestRemoveDeletesEveryKeyAndRecord: remove deletes the object and record
+// under the artifact's own key and under a key a row reported elsewhere.
+func TestRemoveDeletesEveryKeyAndRecord(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store, err := blobstore.NewFS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(store, true)
+	id := "rfs-bbbbbbbbbbbbbbbbbbbbbbbb"
+	keys := []string{blobstore.ArtifactKey(p.prefix, id), "elsewhere/" + id + ".ext4"}
+	for _, k := range keys {
+		for _, obj := range []string{k, recordKey(k)} {
+			sum := sha256.Sum256([]byte(obj))
+			if err := store.Put(ctx, obj, strings.NewReader(obj), int64(len(obj)), hex.EncodeToString(sum[:])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := p.remove(ctx, id, keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		for _, obj := range []string{k, recordKey(k)} {
+			if _, err := store.Stat(ctx, obj); !errors.Is(err, blobstore.ErrNotFound) {
+				t.Errorf("%s after remove: %v", obj, err)
+			}
+		}
+	}
+}
