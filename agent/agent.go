@@ -52,6 +52,9 @@ type Agent struct {
 	reloadMu  sync.Mutex
 	// purgeEvery is how often finished jobs past retention are forgotten.
 	purgeEvery time.Duration
+	// orphanAge is how old a local artifact without a database row must be
+	// before the reconcile pass removes it.
+	orphanAge time.Duration
 }
 
 // Notifier sends sd_notify(3) state strings; a no-op outside systemd.
@@ -112,6 +115,7 @@ func New(o Options) *Agent {
 		watchdogInterval: o.Watchdog,
 		abort:            make(chan struct{}),
 		purgeEvery:       defaultPurgeEvery,
+		orphanAge:        cleanupAge,
 	}
 	if a.level == nil {
 		a.level = new(slog.LevelVar)

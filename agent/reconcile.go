@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -40,6 +41,7 @@ type reconcileMetrics struct {
 	sweeps  *prometheus.CounterVec
 	deleted prometheus.Counter
 	failed  prometheus.Counter
+	orphans prometheus.Counter
 }
 
 func newReconcileMetrics() reconcileMetrics {
@@ -56,6 +58,10 @@ func newReconcileMetrics() reconcileMetrics {
 			Namespace: namespace, Subsystem: "reconcile", Name: "delete_failures_total",
 			Help: "CLEANUP_PENDING artifacts the sweep could not delete (left CLEANUP_PENDING with last_error).",
 		}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "reconcile", Name: "local_removed_total",
+			Help: "Local artifact copies removed because CubeMaster's database has no row for them.",
+		}),
 	}
 	for _, r := range []string{sweepDone, sweepSkipped, sweepFailed} {
 		m.sweeps.WithLabelValues(r)
@@ -64,10 +70,10 @@ func newReconcileMetrics() reconcileMetrics {
 }
 
 func (m reconcileMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.sweeps, m.deleted, m.failed}
+	return []prometheus.Collector{m.sweeps, m.deleted, m.failed, m.orphans}
 }
 
-// reconcileLoop sweeps soon after start, then every
+// reconcileLoop sweeps (and removes orphaned local copies) soon after start, then every
 // replicas.reconcile_interval, while the agent runs with a database. The
 // settings are read at each pass, so a reload turns it on or off.
 func (a *Agent) reconcileLoop(ctx context.Context) {
@@ -89,6 +95,7 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 			continue
 		}
 		a.sweep(ctx)
+		a.removeOrphans(ctx)
 	}
 }
 
@@ -141,5 +148,49 @@ func (a *Agent) sweep(ctx context.Context) {
 	m.sweeps.WithLabelValues(sweepDone).Inc()
 	if len(ids) > 0 {
 		a.logger.Info("reconcile: swept CLEANUP_PENDING artifacts", "deleted", deleted, "failed", failed)
+	}
+}
+
+// removeOrphans removes this replica's local copies of artifacts that
+// CubeMaster's database has no row for, once no job of this replica still
+// needs them (unfinished, or a report not yet delivered, before which
+// CubeMaster cannot have registered the artifact) and they are older than
+// orphanAge (cleanupAge). Such copies are left by deletes another replica answered. The
+// blob store's object is not touched: deleting it is CubeMaster's call,
+// and another replica may have reported it in a BUILT CubeMaster has not
+// received yet. A database that cannot tell keeps everything.
+func (a *Agent) removeOrphans(ctx context.Context) {
+	recs, err := a.spool.Artifacts(ctx, time.Now().Add(-a.orphanAge), sweepLimit)
+	if err != nil {
+		a.logger.Warn("reconcile: list local artifacts", "err", err)
+		return
+	}
+	for _, rec := range recs {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := a.db.Artifact(ctx, rec.ID); !errors.Is(err, cmdb.ErrArtifactNotFound) {
+			if err != nil {
+				a.logger.Warn("reconcile: look up the row of a local artifact", "artifact_id", rec.ID, "err", err)
+			}
+			continue
+		}
+		if pending, err := a.spool.ArtifactPending(ctx, rec.ID); err != nil || pending {
+			continue
+		}
+		var rmErr error
+		ran := a.exec.withArtifactIdle(rec.ID, func() {
+			if rmErr = a.store.RemoveArtifact(rec.ID); rmErr == nil {
+				rmErr = a.spool.DeleteArtifact(ctx, rec.ID)
+			}
+		})
+		switch {
+		case !ran:
+		case rmErr != nil:
+			a.logger.Warn("reconcile: remove orphaned local artifact", "artifact_id", rec.ID, "err", rmErr)
+		default:
+			a.metrics.reconcile.orphans.Inc()
+			a.logger.Info("reconcile: removed local artifact CubeMaster has no row for", "artifact_id", rec.ID, "path", rec.Path)
+		}
 	}
 }

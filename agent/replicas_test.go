@@ -450,3 +450,52 @@ func stopServer(t *testing.T, srv dbServer) (restart func()) {
 	t.Cleanup(restart)
 	return restart
 }
+
+// TestOrphanedLocalCopyRemoved: when another replica answered the delete,
+// the builder's local copy has no row any more; its reconcile pass removes
+// it, but never one whose BUILT report CubeMaster has not received.
+func TestOrphanedLocalCopyRemoved(t *testing.T) {
+	for _, dl := range dbDialects {
+		t.Run(dl.name, func(t *testing.T) {
+			rs := newReplicaSet(t, dl)
+			builder := rs.replica(true, func(c *config.Config) { c.Replicas.ReconcileInterval = 100 * time.Millisecond })
+			builder.agent.orphanAge = 0
+			other := rs.replica(true, nil)
+			rs.submit(builder, "job-1", "alpine:3")
+			id := builder.terminal("job-1").Field("artifact_id")
+			if code, body, err := other.master.DeleteArtifact(context.Background(), other.url, testToken, id); err != nil || code != http.StatusOK {
+				t.Fatalf("delete through the other replica = %d %s %v", code, body, err)
+			}
+			waitFor(t, "the orphaned copy to go", func() bool {
+				return testutil.ToFloat64(builder.agent.metrics.reconcile.orphans) == 1
+			})
+			if _, err := os.Stat(filepath.Join(builder.cfg.Store.Dir, id)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("orphaned copy after its removal: %v", err)
+			}
+
+			// A BUILT CubeMaster has not received yet: no row, but kept.
+			builder.master.Hold()
+			body := buildBody("job-2", "alpine:4")
+			rs.createJob(body)
+			if code, out := builder.post("/tc/api/v1/build", body); code != http.StatusOK {
+				t.Fatalf("submit: %d %v", code, out)
+			}
+			builder.waitJob("job-2", "built")
+			sweeps := testutil.ToFloat64(builder.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone))
+			waitFor(t, "two more reconcile passes", func() bool {
+				return testutil.ToFloat64(builder.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone)) >= sweeps+2
+			})
+			j, err := builder.sp.Job(context.Background(), "job-2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(builder.cfg.Store.Dir, j.ArtifactID)); err != nil {
+				t.Errorf("a copy whose BUILT is undelivered was removed: %v", err)
+			}
+			builder.master.Release()
+			if cb := builder.terminal("job-2"); cb.Field("status") != "BUILT" {
+				t.Fatalf("job-2: %v", cb.Body)
+			}
+		})
+	}
+}

@@ -62,3 +62,42 @@ func (s *Spool) DeleteArtifact(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// Artifacts lists up to limit recorded artifacts created before cutoff,
+// oldest first.
+func (s *Spool) Artifacts(ctx context.Context, cutoff time.Time, limit int) ([]Artifact, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT artifact_id, fingerprint, path, sha256, size, mtime_ns, result, created_at
+		FROM artifacts WHERE created_at < ? ORDER BY created_at LIMIT ?`, cutoff.UnixMilli(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list artifacts: %w", err)
+	}
+	defer rows.Close()
+	var out []Artifact
+	for rows.Next() {
+		var a Artifact
+		var mtime, created int64
+		if err := rows.Scan(&a.ID, &a.Fingerprint, &a.Path, &a.SHA256, &a.Size, &mtime, &a.Result, &created); err != nil {
+			return nil, fmt.Errorf("list artifacts: %w", err)
+		}
+		a.ModTime, a.CreatedAt = time.Unix(0, mtime), time.UnixMilli(created)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list artifacts: %w", err)
+	}
+	return out, nil
+}
+
+// ArtifactPending reports whether a job of artifact id is unfinished or
+// still has reports to deliver: until its BUILT report is delivered,
+// CubeMaster has not registered the artifact.
+func (s *Spool) ArtifactPending(ctx context.Context, id string) (bool, error) {
+	var pending bool
+	err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM jobs j WHERE j.artifact_id = ? AND
+		(j.state NOT IN (?, ?) OR EXISTS (SELECT 1 FROM reports r WHERE r.job_id = j.job_id)))`,
+		id, StateBuilt, StateFailed).Scan(&pending)
+	if err != nil {
+		return false, fmt.Errorf("check jobs of artifact %s: %w", id, err)
+	}
+	return pending, nil
+}
