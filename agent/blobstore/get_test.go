@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 )
@@ -51,5 +54,27 @@ func TestGet(t *testing.T) {
 	}
 	if _, err := fsStore.Get(ctx, "get/altered.json", 4096); !errors.Is(err, blobstore.ErrChecksumMismatch) {
 		t.Errorf("Get of altered bytes = %v, want ErrChecksumMismatch", err)
+	}
+}
+
+// TestS3CheckWithinDeadline: an endpoint that accepts connections but never
+// answers is unreachable for a check bounded by its context, not a bare
+// "context deadline exceeded".
+func TestS3CheckWithinDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s, err := blobstore.NewS3(blobstore.S3Options{Endpoint: "http://" + ln.Addr().String(), Bucket: "bucket",
+		AccessKeyID: "k", SecretAccessKey: "secret-never-shown", Region: "us-east-1", UsePathStyle: true, Attempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = s.Check(ctx)
+	if !errors.Is(err, blobstore.ErrUnreachable) || strings.Contains(err.Error(), "secret-never-shown") {
+		t.Errorf("Check against a silent endpoint = %v; want ErrUnreachable", err)
 	}
 }

@@ -505,5 +505,12 @@ func (s *S3) Check(ctx context.Context) error {
 		}
 		return nil
 	})
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// No answer within the caller's bound (a health probe's second):
+		// for a check that is an endpoint that cannot be reached, however
+		// far the client's own retries got.
+		return &Error{Backend: BackendS3, Op: "check", Key: s.bucket, Kind: ErrUnreachable, temporary: true,
+			Detail: "no answer in time: " + scrub(err.Error(), s.secret), cause: context.DeadlineExceeded}
+	}
 	return s.fail("check", s.bucket, err)
 }
