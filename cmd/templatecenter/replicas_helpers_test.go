@@ -432,23 +432,11 @@ func (s *replicaSetup) row(id string) (cubemaster.ArtifactRow, bool) {
 	return cubemaster.ArtifactRow{}, false
 }
 
-// exec runs a statement written with ? placeholders on the database.
+// exec runs a statement written with ? placeholders and {now} on the
+// database.
 func (s *replicaSetup) exec(q string, args ...any) {
 	s.t.Helper()
-	if s.host.dialect == dbserver.PostgresDialect {
-		var b strings.Builder
-		n := 0
-		for _, r := range q {
-			if r == '?' {
-				n++
-				b.WriteString("$" + strconv.Itoa(n))
-				continue
-			}
-			b.WriteRune(r)
-		}
-		q = b.String()
-	}
-	if _, err := s.db.ExecContext(bounded(s.t), q, args...); err != nil {
+	if err := s.cm.Exec(context.Background(), q, args...); err != nil {
 		s.t.Fatalf("%s: %v", q, err)
 	}
 }
@@ -457,11 +445,7 @@ func (s *replicaSetup) exec(q string, args ...any) {
 // does before its delete call, updated now.
 func (s *replicaSetup) markCleanupPending(id string) {
 	s.t.Helper()
-	now := "CURRENT_TIMESTAMP(3)"
-	if s.host.dialect == dbserver.PostgresDialect {
-		now = "now()"
-	}
-	s.exec("UPDATE t_cube_rootfs_artifact SET status = 'CLEANUP_PENDING', updated_at = "+now+" WHERE artifact_id = ?", id)
+	s.exec("UPDATE t_cube_rootfs_artifact SET status = 'CLEANUP_PENDING', updated_at = {now} WHERE artifact_id = ?", id)
 }
 
 // objects lists the keys under the setup's prefix of the bucket.

@@ -176,3 +176,18 @@ func (s *Server) AgeArtifact(ctx context.Context, artifactID string, d time.Dura
 	}
 	return nil
 }
+
+// Exec runs a statement on the stand-in's database, written with ?
+// placeholders and the {now} marker for the database's clock, for tests
+// that put rows in states CubeMaster would (a FAILED job, a
+// CLEANUP_PENDING artifact).
+func (s *Server) Exec(ctx context.Context, query string, args ...any) error {
+	st, err := s.store()
+	if err != nil {
+		return err
+	}
+	if _, err := st.exec(ctx, st.db, query, args...); err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
+	return nil
+}
