@@ -45,6 +45,12 @@ type Cache struct {
 	entries map[string]*cacheEntry
 	total   int64
 	flights map[string]*flight
+	// users counts Acquire calls in progress plus the pins they hold (not
+	// the transcoder's own): while it is above zero a build is using the
+	// cache, and the transcoder waits. usersIdle, when not nil, is closed
+	// once users drops to zero.
+	users     int
+	usersIdle chan struct{}
 }
 
 // cacheEntry is one blob, keyed by the hex of its digest as served.
@@ -89,8 +95,9 @@ type Options struct {
 	// are in use.
 	QuotaBytes int64
 	// TranscodeZstd has Release queue gzip blobs to be re-encoded as zstd,
-	// one at a time on a thread at the lowest priority; Open then returns
-	// the zstd form. Close stops a transcode in progress.
+	// one at a time on a thread at the lowest priority, paused while any
+	// blob is pinned or being acquired (a build uses the cache); Open then
+	// returns the zstd form. Close stops a transcode in progress.
 	TranscodeZstd bool
 	// Logger receives the transcoder's warnings (slog.DiscardHandler when
 	// nil).
@@ -303,6 +310,9 @@ type Stats struct {
 	TranscodePending  int
 	Transcoded        int64
 	TranscodeFailures int64
+	// TranscodePaused tells that the transcoder waits for builds to
+	// release the cache.
+	TranscodePaused bool
 }
 
 // Stats returns the cache's sizes, pins and transcoder counts.
@@ -319,7 +329,7 @@ func (c *Cache) Stats() Stats {
 	}
 	c.mu.Unlock()
 	if c.tc != nil {
-		st.TranscodePending, st.Transcoded, st.TranscodeFailures = c.tc.counts()
+		st.TranscodePending, st.Transcoded, st.TranscodeFailures, st.TranscodePaused = c.tc.counts()
 	}
 	return st
 }
@@ -357,6 +367,16 @@ func (c *Cache) WaitIdle(ctx context.Context) error {
 // download when the leader was cancelled or read from another source.
 func (c *Cache) Acquire(ctx context.Context, hexDigest string, size int64, source string,
 	download func(context.Context) error) (fromCache bool, err error) {
+	c.mu.Lock()
+	c.users++
+	c.mu.Unlock()
+	defer func() {
+		if err != nil {
+			c.mu.Lock()
+			c.dropUserLocked()
+			c.mu.Unlock()
+		}
+	}()
 	retried := false
 	for {
 		c.mu.Lock()
@@ -587,6 +607,7 @@ func (c *Cache) Release(hexDigests []string) {
 			e.pins--
 			e.lastUse = now
 			c.settleLocked(d, e)
+			c.dropUserLocked()
 		}
 	}
 	c.evictLocked()
@@ -599,6 +620,33 @@ func (c *Cache) Release(hexDigests []string) {
 	if c.tc != nil {
 		c.tc.enqueue(transcode)
 	}
+}
+
+// dropUserLocked ends one use counted in c.users, waking the transcoder
+// when it was the last.
+func (c *Cache) dropUserLocked() {
+	if c.users == 0 {
+		return
+	}
+	c.users--
+	if c.users == 0 && c.usersIdle != nil {
+		close(c.usersIdle)
+		c.usersIdle = nil
+	}
+}
+
+// usersDone returns nil when no Acquire is in progress and no blob is
+// pinned by one, else a channel closed once that holds.
+func (c *Cache) usersDone() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.users == 0 {
+		return nil
+	}
+	if c.usersIdle == nil {
+		c.usersIdle = make(chan struct{})
+	}
+	return c.usersIdle
 }
 
 // settleLocked applies what waited for a blob to be unpinned: it is marked

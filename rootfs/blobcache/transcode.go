@@ -34,7 +34,11 @@ var errNotGzip = errors.New("not gzip")
 // decompression, and zstd inflates two to three times faster than gzip.
 // The uncompressed stream is unchanged, so images built from either form are
 // identical. It runs on a thread of its own at the lowest CPU and I/O
-// priority so that builds keep the machine.
+// priority, and waits while any build uses the cache (a blob pinned or
+// being acquired), before it starts a blob and between reads of it: on a
+// machine whose cores a build keeps busy even the lowest priority takes a
+// share, and a rebuild submitted right after a first build must not pay
+// for the first build's background work.
 type transcoder struct {
 	c      *Cache
 	logger *slog.Logger
@@ -42,11 +46,15 @@ type transcoder struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	wake   chan struct{}
+	// builds returns nil when no build uses the cache, else a channel
+	// closed when none does (Cache.usersDone; tests replace it).
+	builds func() <-chan struct{}
 
 	mu         sync.Mutex
 	queue      []string
 	queued     map[string]bool
 	busy       bool
+	paused     bool          // waiting for builds to release the cache
 	idle       chan struct{} // closed when queue and busy both clear; nil while idle
 	transcoded int64
 	failed     int64
@@ -54,7 +62,7 @@ type transcoder struct {
 
 func newTranscoder(c *Cache, logger *slog.Logger) *transcoder {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &transcoder{c: c, logger: logger, ctx: ctx, cancel: cancel,
+	t := &transcoder{c: c, logger: logger, ctx: ctx, cancel: cancel, builds: c.usersDone,
 		done: make(chan struct{}), wake: make(chan struct{}, 1), queued: make(map[string]bool)}
 	go t.run()
 	return t
@@ -107,15 +115,40 @@ func (t *transcoder) waitIdle(ctx context.Context) error {
 	}
 }
 
-// counts returns the queued-or-running, transcoded and failed counts.
-func (t *transcoder) counts() (pending int, transcoded, failed int64) {
+// counts returns the queued-or-running, transcoded and failed counts, and
+// whether the transcoder waits for builds.
+func (t *transcoder) counts() (pending int, transcoded, failed int64, paused bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pending = len(t.queue)
 	if t.busy {
 		pending++
 	}
-	return pending, t.transcoded, t.failed
+	return pending, t.transcoded, t.failed, t.paused
+}
+
+// yield waits until no build uses the cache, or ctx ends.
+func (t *transcoder) yield() error {
+	for {
+		ch := t.builds()
+		if ch == nil {
+			return nil
+		}
+		t.setPaused(true)
+		select {
+		case <-ch:
+			t.setPaused(false)
+		case <-t.ctx.Done():
+			t.setPaused(false)
+			return t.ctx.Err()
+		}
+	}
+}
+
+func (t *transcoder) setPaused(p bool) {
+	t.mu.Lock()
+	t.paused = p
+	t.mu.Unlock()
 }
 
 func (t *transcoder) run() {
@@ -161,6 +194,9 @@ func (t *transcoder) run() {
 // gzip blob without one. ok reports a new zstd form, failed an error other
 // than a cancellation or a blob left as it is by design.
 func (t *transcoder) transcode(h string) (ok, failed bool) {
+	if t.yield() != nil {
+		return false, false
+	}
 	c := t.c
 	c.mu.Lock()
 	e := c.entries[h]
@@ -223,7 +259,7 @@ func (t *transcoder) encode(h string, size int64) (tmp, zhex string, zsize int64
 	}
 	defer src.Close()
 	inHash := sha256.New()
-	counted := &countingReader{r: io.TeeReader(fsutil.ContextReader(t.ctx, src), inHash)}
+	counted := &countingReader{r: io.TeeReader(yieldingReader{fsutil.ContextReader(t.ctx, src), t}, inHash)}
 	in := bufio.NewReaderSize(counted, copyBufSize)
 	if magic, _ := in.Peek(2); layercodec.Detect(magic) != layercodec.Gzip {
 		return "", "", 0, errNotGzip
@@ -310,4 +346,19 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// yieldingReader waits for builds to release the cache before every read,
+// so a transcode in progress pauses within one read (copyBufSize) of a
+// build starting.
+type yieldingReader struct {
+	r io.Reader
+	t *transcoder
+}
+
+func (y yieldingReader) Read(p []byte) (int, error) {
+	if err := y.t.yield(); err != nil {
+		return 0, err
+	}
+	return y.r.Read(p)
 }

@@ -212,6 +212,9 @@ func TestTranscodeWhilePinnedKeepsServedFormUntilUnpinned(t *testing.T) {
 	reg, img := servedImage(t, 1, 128<<10)
 	dir := t.TempDir()
 	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	// As if the build holding the blob had started between the
+	// transcoder's last look and its commit: it does not wait.
+	c.tc.builds = func() <-chan struct{} { return nil }
 
 	held := fetchImage(t, c, reg, img)
 	other := fetchImage(t, c, reg, img)
@@ -231,6 +234,103 @@ func TestTranscodeWhilePinnedKeepsServedFormUntilUnpinned(t *testing.T) {
 	}
 	if st := c.Stats(); st.Bytes != filesBytes(t, dir) {
 		t.Errorf("Stats() = %+v, files take %d bytes", st, filesBytes(t, dir))
+	}
+}
+
+// waitPaused waits until the transcoder says it waits for builds.
+func waitPaused(t testing.TB, c *Cache) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !c.Stats().TranscodePaused {
+		if time.Now().After(deadline) {
+			t.Fatalf("transcoder never paused: %+v", c.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestTranscodeWaitsForBuilds(t *testing.T) {
+	reg, img := servedImage(t, 1, 256<<10)
+	other := randomImage(t, 1, 64<<10)
+	reg2 := newOrigin(other)
+	dir := t.TempDir()
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+
+	build := fetchImage(t, c, reg2, other) // a build in progress
+	fetchImage(t, c, reg, img).Close()     // queues img's blob
+	waitPaused(t, c)
+	if st := c.Stats(); st.ZstdBlobs != 0 || st.TranscodePending != 1 {
+		t.Errorf("Stats() = %+v while a build holds the cache, want nothing transcoded and one pending", st)
+	}
+	if forms, temps := zstdFiles(t, dir); len(forms)+len(temps) != 0 {
+		t.Errorf("zstd dir holds %v and temps %v while a build holds the cache", forms, temps)
+	}
+	build.Close()
+	waitTranscodes(t, c)
+	if st := c.Stats(); st.ZstdBlobs != 2 || st.TranscodePaused || st.Bytes != filesBytes(t, dir) {
+		t.Errorf("Stats() = %+v after the build, want both blobs in zstd form; files take %d bytes", st, filesBytes(t, dir))
+	}
+}
+
+func TestTranscodePausesMidBlobForABuild(t *testing.T) {
+	reg, img := servedImage(t, 1, 8<<20)
+	other := randomImage(t, 1, 64<<10)
+	reg2 := newOrigin(other)
+	dir := t.TempDir()
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	// The first look (before the blob) passes; the second (its first
+	// read) waits until the test has started a build.
+	started, building := make(chan struct{}), make(chan struct{})
+	looks := 0
+	c.tc.builds = func() <-chan struct{} {
+		looks++
+		switch looks {
+		case 1:
+			return nil
+		case 2:
+			close(started)
+			<-building
+		}
+		return c.usersDone()
+	}
+	fetchImage(t, c, reg, img).Close()
+	<-started
+	build := fetchImage(t, c, reg2, other)
+	close(building)
+	waitPaused(t, c)
+	if forms, _ := zstdFiles(t, dir); len(forms) != 0 {
+		t.Errorf("zstd forms %v committed while a build holds the cache", forms)
+	}
+	if !exists(t, blobPath(dir, img.digests()[0])) {
+		t.Error("served form removed while its transcode is paused")
+	}
+	build.Close()
+	waitTranscodes(t, c)
+	if st := c.Stats(); st.ZstdBlobs != 2 || st.Transcoded != 2 {
+		t.Errorf("Stats() = %+v, want both blobs transcoded once the build ended", st)
+	}
+	reg.reset()
+	ls := fetchImage(t, c, reg, img)
+	if got := openAll(t, ls, true); !bytes.Equal(got[0], img.uncompressed()[0]) {
+		t.Error("the paused and resumed transcode inflates to other bytes than the layer")
+	}
+	ls.Close()
+}
+
+func TestTranscodeStopsWhilePaused(t *testing.T) {
+	reg, img := servedImage(t, 1, 128<<10)
+	other := randomImage(t, 1, 64<<10)
+	dir := t.TempDir()
+	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	build := fetchImage(t, c, newOrigin(other), other)
+	defer build.Close()
+	fetchImage(t, c, reg, img).Close()
+	waitPaused(t, c)
+	if err := c.Close(); err != nil { // must not wait for the build
+		t.Fatal(err)
+	}
+	if forms, temps := zstdFiles(t, dir); len(forms)+len(temps) != 0 {
+		t.Errorf("after Close: zstd forms %v, temps %v", forms, temps)
 	}
 }
 
@@ -382,6 +482,7 @@ func TestTranscodeCorruptionFoundWhilePinned(t *testing.T) {
 	reg, img := servedImage(t, 1, 256<<10)
 	dir := t.TempDir()
 	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
+	c.tc.builds = func() <-chan struct{} { return nil } // transcode under held's pin
 	held := fetchImage(t, c, reg, img)
 	other := fetchImage(t, c, reg, img)
 	served := blobPath(dir, img.digests()[0])
