@@ -102,7 +102,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	// The commit must not depend on the caller staying connected: a job
 	// committed but unacknowledged is re-sent by CubeMaster and gets a 409.
 	ctx := context.WithoutCancel(r.Context())
-	job, err := a.spool.Enqueue(ctx, b.JobID, body, a.config().Build.QueueSize)
+	// With credentials in the request the spool scrubs its WAL when the
+	// job ends; without, it spares the job that checkpoint.
+	secret := b.Template.RegistryUsername != "" || b.Template.RegistryPassword != ""
+	job, err := a.spool.Enqueue(ctx, b.JobID, body, secret, a.config().Build.QueueSize)
 	switch {
 	case errors.Is(err, spool.ErrJobExists) && job.State.Terminal():
 		if err := a.spool.Resend(ctx, b.JobID); err != nil {

@@ -61,12 +61,15 @@ func scanJob(row interface{ Scan(...any) error }) (Job, error) {
 	return j, nil
 }
 
-// Enqueue commits a new queued job. When the id is already known it returns
-// the existing job and ErrJobExists; when maxQueued jobs already wait it
-// returns ErrQueueFull. The check and the insert are one transaction.
-func (s *Spool) Enqueue(ctx context.Context, id string, request []byte, maxQueued int) (Job, error) {
+// Enqueue commits a new queued job, durably (it survives a power cut once
+// Enqueue returns). secret tells that request holds credentials: when the
+// job ends, the WAL is then emptied so no copy of them stays on disk. When
+// the id is already known it returns the existing job and ErrJobExists;
+// when maxQueued jobs already wait it returns ErrQueueFull. The check and
+// the insert are one transaction.
+func (s *Spool) Enqueue(ctx context.Context, id string, request []byte, secret bool, maxQueued int) (Job, error) {
 	var out Job
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.durableTx(ctx, func(tx *sql.Tx) error {
 		existing, err := scanJob(tx.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE job_id = ?", id))
 		switch {
 		case err == nil:
@@ -83,8 +86,8 @@ func (s *Spool) Enqueue(ctx context.Context, id string, request []byte, maxQueue
 			return ErrQueueFull
 		}
 		now := s.nowMS()
-		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (job_id, state, request, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?)`, id, StateQueued, request, now, now); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (job_id, state, request, secret, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?)`, id, StateQueued, request, secret, now, now); err != nil {
 			return fmt.Errorf("insert job %s: %w", id, err)
 		}
 		out, err = scanJob(tx.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE job_id = ?", id))
@@ -227,16 +230,22 @@ func (s *Spool) SetFingerprint(ctx context.Context, id, fingerprint, artifactID 
 }
 
 // Finish ends a queued or running job in a terminal state and commits its
-// terminal report in the same transaction, so the job can never end without
-// one, nor with two: a job already finished is left as it is, with
-// ErrFinished. The request (with its credentials) is cleared; the report
-// body is kept as the result.
+// terminal report in the same transaction, durably, so the job can never
+// end without one, nor with two: a job already finished is left as it is,
+// with ErrFinished. The request (with its credentials) is cleared; the
+// report body is kept as the result. When the request held credentials
+// (Enqueue's secret), the WAL is emptied before Finish returns.
 func (s *Spool) Finish(ctx context.Context, id string, state State, phase, errMsg string, report Report) error {
 	if !state.Terminal() {
 		return fmt.Errorf("finish job %s: state %q is not terminal", id, state)
 	}
 	report.Terminal = true
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	secret := false
+	err := s.durableTx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, "SELECT secret FROM jobs WHERE job_id = ?", id).Scan(&secret); err != nil &&
+			!errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("finish job %s: %w", id, err)
+		}
 		now := s.nowMS()
 		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, phase = ?, progress = 100, error = ?, result = ?,
 			request = NULL, finished_at = ?, updated_at = ? WHERE job_id = ? AND state IN (?, ?)`,
@@ -255,9 +264,25 @@ func (s *Spool) Finish(ctx context.Context, id string, state State, phase, errMs
 	// The scrubbed request still sits in earlier WAL frames; move them into
 	// the database (where secure_delete zeroed it) and empty the WAL. A
 	// reader holding an old snapshot can keep the WAL from being emptied;
-	// the next Finish tries again. The job is finished either way.
-	_, _ = s.ScrubWAL(ctx)
+	// the next Finish tries again. The job is finished either way. A
+	// request without credentials needs none of it: the checkpoint (a
+	// copy of the WAL, two flushes) stays off the path to the report.
+	if secret {
+		s.scrubOwed.Store(true)
+	}
+	s.scrubIfOwed(ctx)
 	return nil
+}
+
+// scrubIfOwed empties the WAL when a finished job's credentials may still
+// be in it, and remembers to try again when a reader prevents it.
+func (s *Spool) scrubIfOwed(ctx context.Context) {
+	if !s.scrubOwed.Swap(false) {
+		return
+	}
+	if ok, err := s.ScrubWAL(ctx); err != nil || !ok {
+		s.scrubOwed.Store(true)
+	}
 }
 
 // inactive explains why a job took no change: ErrFinished when it exists
@@ -283,16 +308,17 @@ func inactive(ctx context.Context, tx *sql.Tx, id string) error {
 // emptied: false while a reader still holds a snapshot that needs it.
 func (s *Spool) ScrubWAL(ctx context.Context) (bool, error) {
 	var busy, logFrames, checkpointed int
-	if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &checkpointed); err != nil {
+	if err := s.durable.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &checkpointed); err != nil {
 		return false, fmt.Errorf("checkpoint spool WAL: %w", err)
 	}
 	return busy == 0, nil
 }
 
 // Resend queues the stored terminal report of a finished job again, for a
-// re-submission of a job_id that already ended.
+// re-submission of a job_id that already ended; durably, as the answer to
+// that submission promises the report.
 func (s *Spool) Resend(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.durableTx(ctx, func(tx *sql.Tx) error {
 		j, err := scanJob(tx.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE job_id = ?", id))
 		if err != nil {
 			return fmt.Errorf("read job %s: %w", id, err)

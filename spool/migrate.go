@@ -52,6 +52,10 @@ var migrations = []string{
 		result       BLOB,
 		created_at   INTEGER NOT NULL
 	);`,
+
+	// 3: whether a job's request holds credentials (the WAL is scrubbed
+	// when such a job ends). Rows of older releases may: assume they do.
+	`ALTER TABLE jobs ADD COLUMN secret INTEGER NOT NULL DEFAULT 1;`,
 }
 
 // version reads the schema version of the open database.
@@ -74,7 +78,7 @@ func (s *Spool) migrate(ctx context.Context, target int) error {
 	}
 	for ; v < target; v++ {
 		step := migrations[v]
-		err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := s.durableTx(ctx, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, step); err != nil {
 				return fmt.Errorf("apply migration %d: %w", v+1, err)
 			}

@@ -3,6 +3,7 @@ package spool
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -30,7 +31,7 @@ func openAt(t testing.TB, path string) *Spool {
 
 func mustEnqueue(t testing.TB, s *Spool, id string) Job {
 	t.Helper()
-	j, err := s.Enqueue(context.Background(), id, []byte(`{"job_id":"`+id+`"}`), 100)
+	j, err := s.Enqueue(context.Background(), id, []byte(`{"job_id":"`+id+`"}`), false, 100)
 	if err != nil {
 		t.Fatalf("Enqueue(%s): %v", id, err)
 	}
@@ -154,24 +155,24 @@ func TestOpenUnreadableSpool(t *testing.T) {
 func TestEnqueueDuplicateAndQueueFull(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
-	if _, err := s.Enqueue(ctx, "a", []byte("{}"), 2); err != nil {
+	if _, err := s.Enqueue(ctx, "a", []byte("{}"), false, 2); err != nil {
 		t.Fatal(err)
 	}
-	j, err := s.Enqueue(ctx, "a", []byte("{}"), 2)
+	j, err := s.Enqueue(ctx, "a", []byte("{}"), false, 2)
 	if !errors.Is(err, ErrJobExists) || j.ID != "a" || j.State != StateQueued {
 		t.Errorf("duplicate Enqueue = %+v, %v; want existing job and ErrJobExists", j, err)
 	}
-	if _, err := s.Enqueue(ctx, "b", []byte("{}"), 2); err != nil {
+	if _, err := s.Enqueue(ctx, "b", []byte("{}"), false, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Enqueue(ctx, "c", []byte("{}"), 2); !errors.Is(err, ErrQueueFull) {
+	if _, err := s.Enqueue(ctx, "c", []byte("{}"), false, 2); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("third Enqueue with limit 2 = %v, want ErrQueueFull", err)
 	}
 	// Running jobs do not count against the queue.
 	if _, _, err := s.ClaimNext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Enqueue(ctx, "c", []byte("{}"), 2); err != nil {
+	if _, err := s.Enqueue(ctx, "c", []byte("{}"), false, 2); err != nil {
 		t.Errorf("Enqueue after a claim = %v, want room", err)
 	}
 }
@@ -426,7 +427,7 @@ func TestReadOnlyOpenSeesWritersCommits(t *testing.T) {
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "visible" {
 		t.Fatalf("read-only Jobs = %+v, %v", jobs, err)
 	}
-	if _, err := ro.Enqueue(ctx, "nope", []byte("{}"), 10); err == nil {
+	if _, err := ro.Enqueue(ctx, "nope", []byte("{}"), false, 10); err == nil {
 		t.Error("Enqueue through a read-only spool succeeded")
 	}
 	if _, err := OpenReadOnly(ctx, filepath.Join(t.TempDir(), "missing.db")); err == nil {
@@ -482,7 +483,7 @@ func TestFinishedJobLeavesNoSecretOnDisk(t *testing.T) {
 	for i := range 20 { // enough rows to span pages, like a busy spool
 		id := fmt.Sprintf("j%d", i)
 		req := fmt.Sprintf(`{"job_id":%q,"registry_password":%q,"pad":%q}`, id, secret, strings.Repeat("x", 500))
-		if _, err := s.Enqueue(ctx, id, []byte(req), 100); err != nil {
+		if _, err := s.Enqueue(ctx, id, []byte(req), true, 100); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -512,4 +513,126 @@ func TestFinishedJobLeavesNoSecretOnDisk(t *testing.T) {
 	if in := found(); len(in) > 0 {
 		t.Errorf("the registry password is still in %v after every job finished", in)
 	}
+}
+
+// TestCredentialsOfOlderReleasesAreScrubbed: a job a release without the
+// secret column accepted may hold credentials, so finishing it after the
+// upgrade empties the WAL as before.
+func TestCredentialsOfOlderReleasesAreScrubbed(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	old, err := open(ctx, path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.migrate(ctx, 2); err != nil {
+		t.Fatalf("migrate to v2: %v", err)
+	}
+	const secret = "older-release-registry-password-91ad"
+	req := fmt.Sprintf(`{"registry_password":%q}`, secret)
+	if _, err := old.db.Exec(`INSERT INTO jobs (job_id, state, request, created_at, updated_at) VALUES ('j1', 'running', ?, 1, 1)`, req); err != nil {
+		t.Fatal(err)
+	}
+	// Close would checkpoint and delete the WAL; keep the old frames
+	// there, as a crash of the older release would.
+	keepWAL(t, old)
+	s := openAt(t, path)
+	mustEnqueue(t, s, "other") // frames after the old ones
+	if err := s.Finish(ctx, "j1", StateBuilt, "READY", "", Report{Kind: KindTerminal, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if in := filesWith(t, s, secret); len(in) > 0 {
+		t.Errorf("the older job's password is still in %v after it finished", in)
+	}
+}
+
+// TestFinishWithoutCredentialsKeepsTheWAL: a job whose request held no
+// credentials ends without the checkpoint, and one with them empties the
+// WAL.
+func TestFinishWithoutCredentialsKeepsTheWAL(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	for _, id := range []string{"plain", "secret"} {
+		if _, err := s.Enqueue(ctx, id, []byte(`{"job_id":"`+id+`"}`), id == "secret", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	walSize := func() int64 {
+		fi, err := os.Stat(s.Path() + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	if err := s.Finish(ctx, "plain", StateBuilt, "READY", "", Report{Kind: KindTerminal, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := walSize(); n == 0 {
+		t.Error("the WAL was emptied after a job without credentials")
+	}
+	if err := s.Finish(ctx, "secret", StateBuilt, "READY", "", Report{Kind: KindTerminal, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := walSize(); n != 0 {
+		t.Errorf("the WAL holds %d bytes after a job with credentials ended, want it emptied", n)
+	}
+}
+
+// TestDurableCommitsSyncOthersDoNot: the accept and the end of a job
+// commit on the connections that wait for the disk, the rest on those
+// that do not.
+func TestDurableCommitsSyncOthersDoNot(t *testing.T) {
+	s := openTest(t)
+	for _, c := range []struct {
+		name string
+		pool interface {
+			QueryRow(string, ...any) *sql.Row
+		}
+		want int
+	}{{"durable", s.durable, 2}, {"db", s.db, 1}} {
+		var got int
+		if err := c.pool.QueryRow("PRAGMA synchronous").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s pool: synchronous = %d, want %d (2 FULL, 1 NORMAL)", c.name, got, c.want)
+		}
+	}
+}
+
+// keepWAL closes s the way a crash would: without the last connection's
+// checkpoint, so the WAL stays as it was.
+func keepWAL(t testing.TB, s *Spool) {
+	t.Helper()
+	for _, db := range []*sql.DB{s.db, s.durable} {
+		if _, err := db.Exec("PRAGMA wal_autocheckpoint = 0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wal := s.Path() + "-wal"
+	saved, err := os.ReadFile(wal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := os.WriteFile(wal, saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// filesWith lists the spool's files (database, WAL, shared memory) that
+// contain needle.
+func filesWith(t testing.TB, s *Spool, needle string) []string {
+	t.Helper()
+	var in []string
+	for _, f := range []string{s.Path(), s.Path() + "-wal", s.Path() + "-shm"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(needle)) {
+			in = append(in, filepath.Base(f))
+		}
+	}
+	return in
 }

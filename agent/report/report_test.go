@@ -64,7 +64,7 @@ func TestDeliveryOrderPerJobUnderFailures(t *testing.T) {
 		return 0
 	})
 	for _, job := range []string{"slow", "fast"} {
-		if _, err := sp.Enqueue(ctx, job, []byte("{}"), 10); err != nil {
+		if _, err := sp.Enqueue(ctx, job, []byte("{}"), false, 10); err != nil {
 			t.Fatal(err)
 		}
 		for i, kind := range []string{spool.KindStatus, spool.KindFingerprint, spool.KindPull} {
@@ -119,7 +119,7 @@ func TestProgressReportsGiveUpTerminalNever(t *testing.T) {
 	master, _ := cubemaster.Start("")
 	defer master.Stop()
 	master.Respond(func(string, map[string]any) int { return http.StatusServiceUnavailable })
-	sp.Enqueue(ctx, "j", []byte("{}"), 10)
+	sp.Enqueue(ctx, "j", []byte("{}"), false, 10)
 	sp.AddReport(ctx, "j", spool.Report{Kind: spool.KindStatus, Body: []byte(`{"status":"RUNNING"}`)})
 	sp.Finish(ctx, "j", spool.StateFailed, "PULLING", "x", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"FAILED"}`)})
 	r := New(sp, func() Settings {
@@ -160,7 +160,7 @@ func TestRedirectIsNeverFollowed(t *testing.T) {
 		http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
 	}))
 	defer redirector.Close()
-	sp.Enqueue(ctx, "j", []byte("{}"), 10)
+	sp.Enqueue(ctx, "j", []byte("{}"), false, 10)
 	sp.Finish(ctx, "j", spool.StateBuilt, "READY", "", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"BUILT"}`)})
 	var retries int
 	r := New(sp, func() Settings {
