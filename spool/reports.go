@@ -90,6 +90,19 @@ func (s *Spool) DueReports(ctx context.Context, now time.Time, limit int) ([]Rep
 		") AND next_attempt <= ? ORDER BY next_attempt, id LIMIT ?", now.UnixMilli(), limit)
 }
 
+// DueReportOf returns the oldest report of job id when it is due at now;
+// false when the job has none or its head waits for a later attempt.
+func (s *Spool) DueReportOf(ctx context.Context, id string, now time.Time) (Report, bool, error) {
+	r, err := scanReport(s.db.QueryRowContext(ctx, "SELECT "+reportColumns+" FROM reports WHERE job_id = ? ORDER BY id LIMIT 1", id))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Report{}, false, nil
+	case err != nil:
+		return Report{}, false, fmt.Errorf("read next report of job %s: %w", id, err)
+	}
+	return r, r.NextAttempt.UnixMilli() <= now.UnixMilli(), nil
+}
+
 // queryReports runs a query selecting reportColumns.
 func (s *Spool) queryReports(ctx context.Context, op, query string, args ...any) ([]Report, error) {
 	rows, err := s.db.QueryContext(ctx, query, args...)

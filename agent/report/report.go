@@ -26,6 +26,7 @@ import (
 // Outbox is the part of the spool the reporter drains.
 type Outbox interface {
 	DueReports(ctx context.Context, now time.Time, limit int) ([]spool.Report, error)
+	DueReportOf(ctx context.Context, jobID string, now time.Time) (spool.Report, bool, error)
 	NextDue(ctx context.Context) (time.Time, bool, error)
 	RemoveReport(ctx context.Context, id int64) error
 	RetryReport(ctx context.Context, id int64, next time.Time, lastErr string) error
@@ -71,11 +72,16 @@ func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe O
 	if observe == nil {
 		observe = func(string, bool) {}
 	}
+	const workers = 4
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Every worker keeps its connection to CubeMaster between reports
+	// (the default keeps two per host), so no report waits for a new one.
+	tr.MaxIdleConnsPerHost = workers
 	return &Reporter{
 		outbox:   outbox,
 		settings: settings,
 		client: &http.Client{
-			Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			Transport: tr,
 			// A redirect would carry the shared token and the report to
 			// whatever host the answer names: never follow one.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -83,7 +89,7 @@ func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe O
 		logger:  logger,
 		observe: observe,
 		wake:    make(chan struct{}, 1),
-		workers: 4,
+		workers: workers,
 		now:     time.Now,
 	}
 }
@@ -118,34 +124,104 @@ func (r *Reporter) Run(ctx context.Context) {
 	}
 }
 
-// DeliverDue sends every report that is due, job queues in parallel and
-// each job's reports in order, until nothing more is due.
+// DeliverDue sends every report that is due, job queues in parallel (at
+// most workers at a time) and each job's reports in order, until nothing
+// more is due. A job's reports follow one another on one worker, each as
+// soon as the one before it was accepted: neither a slow CubeMaster answer
+// to one job nor a fresh look at the whole outbox holds up another job's
+// next report, and reports queued meanwhile (Wake) start at once.
 func (r *Reporter) DeliverDue(ctx context.Context) error {
+	sem := make(chan struct{}, r.workers)
+	ended := make(chan struct{}, r.workers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var mu sync.Mutex
+	busy := map[string]bool{} // jobs whose reports a worker is sending
+	// recent holds the jobs whose worker ended since the last look at the
+	// outbox: that look may predate what the worker recorded (a retry's
+	// next attempt), so they wait for the next one.
+	recent := map[string]bool{}
 	for ctx.Err() == nil {
+		mu.Lock()
+		clear(recent)
+		mu.Unlock()
 		due, err := r.outbox.DueReports(ctx, r.now(), 64)
 		if err != nil {
 			return err
 		}
-		if len(due) == 0 {
-			return nil
-		}
-		sem := make(chan struct{}, r.workers)
-		var wg sync.WaitGroup
+		started := 0
 		for _, rep := range due {
-			sem <- struct{}{}
+			mu.Lock()
+			if busy[rep.JobID] || recent[rep.JobID] {
+				mu.Unlock()
+				continue
+			}
+			busy[rep.JobID] = true
+			mu.Unlock()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			started++
 			wg.Add(1)
 			go func() {
-				defer func() { <-sem; wg.Done() }()
-				r.deliver(ctx, rep)
+				defer wg.Done()
+				r.deliverJob(ctx, rep)
+				mu.Lock()
+				delete(busy, rep.JobID)
+				recent[rep.JobID] = true
+				mu.Unlock()
+				<-sem
+				select {
+				case ended <- struct{}{}:
+				default:
+				}
 			}()
 		}
-		wg.Wait()
+		mu.Lock()
+		running, finished := len(busy), len(recent)
+		mu.Unlock()
+		if started > 0 || finished > 0 {
+			continue
+		}
+		if running == 0 {
+			return ctx.Err()
+		}
+		// Everything due is on its way: look again when a job's reports
+		// end (a retry may be due later, another job's next) or new ones
+		// are queued.
+		select {
+		case <-ended:
+		case <-r.wake:
+		case <-ctx.Done():
+		}
 	}
 	return ctx.Err()
 }
 
-// deliver makes one attempt and records its outcome in the outbox.
-func (r *Reporter) deliver(ctx context.Context, rep spool.Report) {
+// deliverJob sends rep, then the job's following reports while each is
+// delivered (or dropped) and the next is due.
+func (r *Reporter) deliverJob(ctx context.Context, rep spool.Report) {
+	for r.deliver(ctx, rep) && ctx.Err() == nil {
+		next, due, err := r.outbox.DueReportOf(ctx, rep.JobID, r.now())
+		if err != nil {
+			if ctx.Err() == nil {
+				r.logger.Error("read next report", "job_id", rep.JobID, "err", err)
+			}
+			return
+		}
+		if !due {
+			return
+		}
+		rep = next
+	}
+}
+
+// deliver makes one attempt and records its outcome in the outbox. It
+// reports whether the report left the outbox (delivered or dropped), so
+// the job's next one may follow.
+func (r *Reporter) deliver(ctx context.Context, rep spool.Report) bool {
 	s := r.settings()
 	log := r.logger.With("job_id", rep.JobID, "report", rep.Kind, "attempt", rep.Attempts+1)
 	status, body, err := r.post(ctx, s, rep)
@@ -156,11 +232,12 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) {
 		log.Debug("report delivered", "status", status)
 		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
 			log.Error("remove delivered report", "err", err)
+			return false
 		}
-		return
+		return true
 	}
 	if ctx.Err() != nil {
-		return // stopping: the report stays in the outbox as it was
+		return false // stopping: the report stays in the outbox as it was
 	}
 	switch {
 	case err == nil && !retryable(status):
@@ -168,8 +245,9 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) {
 		log.Error("report refused by CubeMaster, dropping it", "status", status, "body", snippet(body))
 		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
 			log.Error("remove refused report", "err", err)
+			return false
 		}
-		return
+		return true
 	}
 	reason := fmt.Sprintf("HTTP %d: %s", status, snippet(body))
 	if err != nil {
@@ -180,8 +258,9 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) {
 		log.Warn("giving up on progress report", "err", reason)
 		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
 			log.Error("remove abandoned report", "err", err)
+			return false
 		}
-		return
+		return true
 	}
 	r.observe(OutcomeRetry, rep.Terminal)
 	delay := backoff(rep.Attempts, s.RetryInitial, s.RetryMax)
@@ -193,6 +272,7 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) {
 	if err := r.outbox.RetryReport(store, rep.ID, r.now().Add(delay), reason); err != nil {
 		log.Error("reschedule report", "err", err)
 	}
+	return false
 }
 
 // retryable reports whether an HTTP status may succeed later.

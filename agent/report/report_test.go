@@ -186,3 +186,79 @@ func TestRedirectIsNeverFollowed(t *testing.T) {
 		t.Errorf("last error = %q, want the status and the Location", reps[0].LastError)
 	}
 }
+
+// TestSlowAnswerHoldsUpNoOtherJob: while CubeMaster takes its time
+// answering one job's report, another job's reports are all delivered, in
+// order, and the slow job's follow once it answers.
+func TestSlowAnswerHoldsUpNoOtherJob(t *testing.T) {
+	ctx := context.Background()
+	sp, err := spool.Open(ctx, filepath.Join(t.TempDir(), "spool.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	got := map[string][]string{}
+	arrived := make(chan struct{}, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		job := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/internal/template/jobs/"), "/status")
+		body, _ := io.ReadAll(r.Body)
+		if job == "slow" {
+			<-release
+		}
+		mu.Lock()
+		got[job] = append(got[job], string(body))
+		mu.Unlock()
+		arrived <- struct{}{}
+	}))
+	defer srv.Close()
+	defer close(release)
+	for _, job := range []string{"slow", "fast"} {
+		if _, err := sp.Enqueue(ctx, job, []byte("{}"), false, 10); err != nil {
+			t.Fatal(err)
+		}
+		for i, kind := range []string{spool.KindStatus, spool.KindFingerprint, spool.KindPull} {
+			if err := sp.AddReport(ctx, job, spool.Report{Kind: kind, Body: []byte(`{"seq":` + string(rune('0'+i)) + `}`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := New(sp, func() Settings {
+		return Settings{BaseURL: srv.URL, Timeout: time.Minute, RetryInitial: time.Second, RetryMax: time.Second, ProgressAttempts: 3}
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go r.Run(runCtx)
+	deadline := time.After(30 * time.Second)
+	for n := 0; n < 3; n++ {
+		select {
+		case <-arrived:
+		case <-deadline:
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("reports of the fast job held up by the slow one's answer: got %v", got)
+		}
+	}
+	mu.Lock()
+	fast, slow := got["fast"], len(got["slow"])
+	mu.Unlock()
+	if want := []string{`{"seq":0}`, `{"seq":1}`, `{"seq":2}`}; strings.Join(fast, " ") != strings.Join(want, " ") || slow != 0 {
+		t.Errorf("while the slow job's first answer is pending: fast job got %v (want %v), slow job %d", fast, want, slow)
+	}
+	release <- struct{}{}
+	release <- struct{}{}
+	release <- struct{}{}
+	for n := 0; n < 3; n++ {
+		select {
+		case <-arrived:
+		case <-deadline:
+			t.Fatal("the slow job's reports did not follow its answer")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if s := strings.Join(got["slow"], " "); s != `{"seq":0} {"seq":1} {"seq":2}` {
+		t.Errorf("slow job got %s, want its three reports in order", s)
+	}
+}
