@@ -167,8 +167,23 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	tree := flatten.New(store, flatten.Options{RootTime: stamp, Limits: flatten.Limits{
 		MaxEntries: b.opts.Limits.MaxEntries, MaxMemory: b.opts.Limits.MaxTreeMemory}})
 	n := layers.Len()
+	next := startLayer(ctx, layers, 0, readAheadCurrent)
+	defer func() {
+		if next != nil {
+			// On an error: the next layer may still be downloading,
+			// until Build closes the layers; do not wait for it here.
+			go next.close()
+		}
+	}()
 	for i := 0; i < n; i++ {
-		if err := applyLayer(ctx, tree, layers, i); err != nil {
+		cur := next
+		next = nil
+		if i+1 < n {
+			next = startLayer(ctx, layers, i+1, readAheadNext)
+		}
+		err := cur.apply(ctx, tree)
+		cur.close()
+		if err != nil {
 			return nil, err
 		}
 		progress(Progress{Percent: percentLayers + (percentFinish-percentLayers)*(i+1)/n})
@@ -221,23 +236,68 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	return art, nil
 }
 
-// applyLayer decompresses layer i on its own goroutine (read-ahead) while
-// the tree writes its files, keeping two cores busy.
-func applyLayer(ctx context.Context, tree *flatten.Tree, layers *oci.Layers, i int) error {
-	blob, err := layers.Open(i)
-	if err != nil {
-		return fmt.Errorf("fetch layers: %w", err)
+// Read-ahead of a layer's uncompressed stream: the first layer, and each
+// later one, which starts to inflate while the one before it is applied
+// (on whatever core that leaves idle) and keeps that lead. Measured on the
+// warm builds of docs/performance.md: -5 % (Debian) and -12 % (large) from
+// gzip, 0 and -5 % from zstd; the buffers are allocated as they fill.
+const (
+	readAheadCurrent = 4 << 20
+	readAheadNext    = 32 << 20
+)
+
+// startedLayer is a layer whose decompression runs ahead of its
+// application, on a goroutine of its own.
+type startedLayer struct {
+	i     int
+	ready chan struct{}
+	blob  io.ReadCloser
+	tar   io.ReadCloser
+	ahead io.ReadCloser
+	err   error
+}
+
+// startLayer opens layer i (waiting for its download) and starts
+// decompressing it up to size bytes ahead, without blocking the caller.
+func startLayer(ctx context.Context, layers *oci.Layers, i, size int) *startedLayer {
+	l := &startedLayer{i: i, ready: make(chan struct{})}
+	go func() {
+		defer close(l.ready)
+		blob, err := layers.Open(i)
+		if err != nil {
+			l.err = fmt.Errorf("fetch layers: %w", err)
+			return
+		}
+		tarStream, err := layercodec.Decompress(blob)
+		if err != nil {
+			blob.Close()
+			l.err = fmt.Errorf("layer %d: %w", i, err)
+			return
+		}
+		l.blob, l.tar = blob, tarStream
+		l.ahead = layercodec.ReadAheadSize(fsutil.ContextReader(ctx, tarStream), size)
+	}()
+	return l
+}
+
+// apply applies the layer onto tree.
+func (l *startedLayer) apply(ctx context.Context, tree *flatten.Tree) error {
+	<-l.ready
+	if l.err != nil {
+		return l.err
 	}
-	defer blob.Close()
-	tarStream, err := layercodec.Decompress(blob)
-	if err != nil {
-		return fmt.Errorf("layer %d: %w", i, err)
-	}
-	defer tarStream.Close()
-	ahead := layercodec.ReadAhead(fsutil.ContextReader(ctx, tarStream))
-	defer ahead.Close()
 	// ApplyLayer's errors already name the layer and entry.
-	return tree.ApplyLayer(ctx, i, ahead)
+	return tree.ApplyLayer(ctx, l.i, l.ahead)
+}
+
+// close stops the decompression and closes the blob.
+func (l *startedLayer) close() {
+	<-l.ready
+	if l.ahead != nil {
+		l.ahead.Close()
+		l.tar.Close()
+		l.blob.Close()
+	}
 }
 
 // derive makes a stable 16-byte value from the fingerprint, so the same spec
@@ -283,6 +343,9 @@ func (b *Builder) checkSpace(img *Image) error {
 	return nil
 }
 
+// hashBufSize is FileSHA256's read size.
+const hashBufSize = 4 << 20
+
 // FileSHA256 hashes a file, stopping when ctx ends.
 func FileSHA256(ctx context.Context, path string) (string, error) {
 	f, err := os.Open(path)
@@ -291,7 +354,11 @@ func FileSHA256(ctx context.Context, path string) (string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, fsutil.ContextReader(ctx, f)); err != nil {
+	// Large reads: the hash is most of a warm build's last phase, and
+	// 32 KiB reads (io.Copy's) cost a fifth more than 4 MiB ones here
+	// (0.95 against 1.1-1.15 GB/s from the page cache).
+	buf := make([]byte, hashBufSize)
+	if _, err := io.CopyBuffer(h, fsutil.ContextReader(ctx, f), buf); err != nil {
 		return "", fmt.Errorf("hash %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -13,19 +13,25 @@ const (
 	readAheadDepth = 4
 )
 
-// ReadAhead reads r in its own goroutine, a few MiB ahead of the consumer,
+// ReadAhead reads r in its own goroutine, 4 MiB ahead of the consumer,
 // so decompression (put r = Decompress(...)) runs on one core while the
 // consumer (flatten's ApplyLayer) writes file data on another. Close stops
 // the goroutine and waits for it: a Read of r in progress must return (bind
 // r to a context). Close does not close r.
-func ReadAhead(r io.Reader) io.ReadCloser {
+func ReadAhead(r io.Reader) io.ReadCloser { return ReadAheadSize(r, readAheadDepth*readAheadChunk) }
+
+// ReadAheadSize is ReadAhead filling up to size bytes (at least one MiB)
+// ahead of the consumer. Its buffers are allocated as they are first
+// filled, so a lead the consumer never lets it take costs no memory.
+func ReadAheadSize(r io.Reader, size int) io.ReadCloser {
+	depth := max(size/readAheadChunk, 1)
 	ra := &readAhead{
-		full: make(chan chunk, readAheadDepth),
-		free: make(chan []byte, readAheadDepth+1),
+		full: make(chan chunk, depth),
+		free: make(chan []byte, depth+1),
 		done: make(chan struct{}),
 	}
-	for range readAheadDepth + 1 {
-		ra.free <- make([]byte, readAheadChunk)
+	for range depth + 1 {
+		ra.free <- nil // allocated by fill on first use
 	}
 	ra.wg.Add(1)
 	go ra.fill(r)
@@ -58,6 +64,9 @@ func (ra *readAhead) fill(r io.Reader) {
 		case buf = <-ra.free:
 		case <-ra.done:
 			return
+		}
+		if buf == nil {
+			buf = make([]byte, readAheadChunk)
 		}
 		n, err := io.ReadFull(r, buf)
 		if errors.Is(err, io.ErrUnexpectedEOF) {

@@ -36,6 +36,27 @@ func TestReadAhead(t *testing.T) {
 		})
 	}
 
+	t.Run("Size", func(t *testing.T) {
+		for _, size := range []int{0, 1 << 20, 3<<20 + 5, 32 << 20} {
+			src := &countingReader{r: bytes.NewReader(data)}
+			ra := layercodec.ReadAheadSize(src, size)
+			if err := iotest.TestReader(ra, data); err != nil {
+				t.Errorf("ReadAheadSize(%d): %v", size, err)
+			}
+			ra.Close()
+		}
+		// A lead of 8 MiB reads at most 8 MiB past the chunk in hand.
+		src := &countingReader{r: bytes.NewReader(data)}
+		ra := layercodec.ReadAheadSize(src, 8<<20)
+		if _, err := io.ReadFull(ra, make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		ra.Close() // waits for the goroutine: the count is final
+		if src.n > 9<<20 {
+			t.Errorf("read %d bytes ahead with a lead of 8 MiB", src.n)
+		}
+	})
+
 	t.Run("Error", func(t *testing.T) {
 		boom := errors.New("boom")
 		ra := layercodec.ReadAhead(io.MultiReader(bytes.NewReader(data[:3<<20]), iotest.ErrReader(boom)))
