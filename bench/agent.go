@@ -52,7 +52,9 @@ type agentSetup struct {
 
 // startAgent runs the agent binary with a configuration of its own under
 // dir (store, work_dir with the layer cache, spool) and waits for /health.
-func startAgent(ctx context.Context, s agentSetup, dir string) (*agentProc, error) {
+// build holds more lines of the configuration's build section
+// ("max_entries: 2000000").
+func startAgent(ctx context.Context, s agentSetup, dir string, build ...string) (*agentProc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
@@ -76,9 +78,10 @@ spool:
   path: %s
 build:
   ca_path: %s
-registry:
+%sregistry:
   insecure: [%q]
-`, port, filepath.Join(dir, "store"), filepath.Join(dir, "work"), filepath.Join(dir, "state", "spool.db"), s.CAPath, s.RegistryHost) + s.ExtraYAML
+`, port, filepath.Join(dir, "store"), filepath.Join(dir, "work"), filepath.Join(dir, "state", "spool.db"), s.CAPath,
+			buildLines(build), s.RegistryHost) + s.ExtraYAML
 		if err := os.WriteFile(conf, []byte(yaml), 0o644); err != nil {
 			return nil, fmt.Errorf("start agent: %w", err)
 		}
@@ -89,6 +92,15 @@ registry:
 		lastErr = err
 	}
 	return nil, fmt.Errorf("start agent: %w", lastErr)
+}
+
+// buildLines indents extra lines of the build section.
+func buildLines(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
 }
 
 func runAgent(ctx context.Context, s agentSetup, dir, conf, base string) (*agentProc, error) {
@@ -141,7 +153,17 @@ type tcBuild struct {
 // build submits a build of ref with envd the way CubeMaster does and waits
 // for its terminal report.
 func (a *agentProc) build(ctx context.Context, master *cubemaster.Server, jobID, ref string, envd []byte) (*tcBuild, error) {
-	return a.submit(ctx, master, jobID, buildMessage(master, jobID, ref, envd))
+	began, err := a.submit(ctx, master, jobID, ref, envd)
+	if err != nil {
+		return nil, err
+	}
+	return a.wait(ctx, master, jobID, began)
+}
+
+// submit posts a build of ref with envd the way CubeMaster does and
+// returns when the agent accepted it, with the time just before the POST.
+func (a *agentProc) submit(ctx context.Context, master *cubemaster.Server, jobID, ref string, envd []byte) (time.Time, error) {
+	return a.submitMessage(ctx, buildMessage(master, jobID, ref, envd))
 }
 
 // buildMessage is the build request CubeMaster sends for ref with envd.
@@ -151,28 +173,34 @@ func buildMessage(master *cubemaster.Server, jobID, ref string, envd []byte) map
 	return msg
 }
 
-// submit posts a build request and waits for its terminal report.
-func (a *agentProc) submit(ctx context.Context, master *cubemaster.Server, jobID string, msg map[string]any) (*tcBuild, error) {
+// submitMessage posts a build request and returns when the agent accepted
+// it, with the time just before the POST.
+func (a *agentProc) submitMessage(ctx context.Context, msg map[string]any) (time.Time, error) {
 	body, err := json.Marshal(msg)
 	if err != nil {
-		return nil, fmt.Errorf("encode build request: %w", err)
+		return time.Time{}, fmt.Errorf("encode build request: %w", err)
 	}
 	began := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.Base+"/tc/api/v1/build", bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("submit build: %w", err)
+		return time.Time{}, fmt.Errorf("submit build: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Cube-Template-Callback-Token", benchToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("submit build: %w", err)
+		return time.Time{}, fmt.Errorf("submit build: %w", err)
 	}
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("submit build: %d %s", resp.StatusCode, answer)
+		return time.Time{}, fmt.Errorf("submit build: %d %s", resp.StatusCode, answer)
 	}
+	return began, nil
+}
+
+// wait waits for the terminal report of jobID, submitted at began.
+func (a *agentProc) wait(ctx context.Context, master *cubemaster.Server, jobID string, began time.Time) (*tcBuild, error) {
 	final, err := master.WaitTerminal(ctx, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("wait for job %s: %w", jobID, err)

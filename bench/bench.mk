@@ -1,9 +1,11 @@
 # Benchmarks of CubeTemplateCenter against upstream's dockerless pipeline;
 # the top-level Makefile includes this file (include bench/bench.mk).
 #
-#   make bench         tcbench: upstream vs the agent (cold, warm, reuse) on
-#                      three generated images, served by a loopback
-#                      docker-registry; prints one table (docs/performance.md)
+#   make bench         tcbench: upstream vs the agent (cold, warm-now, warm,
+#                      reuse) and the floor on three generated images, served
+#                      by a loopback docker-registry; then the agent's scale
+#                      curve, 4 images at once and a 1,000,000-file image;
+#                      prints the tables and targets (docs/performance.md)
 #   make bench-micro   go test -bench in bench/: decompression, sha256, the
 #                      Builder end to end (with a phase breakdown)
 #   make bench-profile CPU profile of a warm Builder build of the Debian image
@@ -12,7 +14,8 @@
 # debootstrap, time) are installed with apt-get; the Debian tree is made
 # once with debootstrap and cached in /var/cache/cube-templatecenter-test.
 # Knobs: BENCH_N runs per pipeline and image, BENCH_IMAGES (debian, large,
-# small, tiny), BENCH_WORK (generated images are kept there between runs).
+# small, tiny), BENCH_WORK (generated images are kept there between runs),
+# BENCH_SCALE_MIB, BENCH_FILES.
 
 # Keep the includer's default goal, whether this file is included before or
 # after its first rule.
@@ -24,12 +27,17 @@ BENCH_N      ?= 3
 BENCH_IMAGES ?= debian,large,small
 BENCH_WORK   ?= /var/tmp/cube-templatecenter-bench
 BENCH_TIME   ?= 3x
+# MiB per layer of the scale curve and the concurrency images (0 skips
+# them); files of the many-files image (0 skips it).
+BENCH_SCALE_MIB ?= 256
+BENCH_FILES     ?= 1000000
 
 .PHONY: bench bench-micro bench-profile
 
-## bench: measure upstream's pipeline and the agent side by side (root; about 6 minutes with BENCH_N=3).
+## bench: measure upstream's pipeline and the agent side by side (root; about 15 minutes with BENCH_N=3, the first time longer: image generation).
 bench: build
-	$(GO) run ./bench/cmd/tcbench -templatecenter $(BIN) -n $(BENCH_N) -images $(BENCH_IMAGES) -work $(BENCH_WORK)
+	$(GO) run ./bench/cmd/tcbench -templatecenter $(BIN) -n $(BENCH_N) -images $(BENCH_IMAGES) -work $(BENCH_WORK) \
+		-scale-layer-mib $(BENCH_SCALE_MIB) -many-files $(BENCH_FILES)
 
 ## bench-micro: Go benchmarks of the hot paths in bench/ (see also rootfs/ext4, rootfs/flatten, rootfs/oci).
 bench-micro:

@@ -13,8 +13,10 @@ import (
 // procSample is what /proc tells about a process at one moment.
 type procSample struct {
 	// PeakRSS is VmHWM in bytes: the resident set's high-water mark since
-	// the process started or since resetPeak.
+	// the process started or since resetPeak; RSS is VmRSS, the resident
+	// set now.
 	PeakRSS int64
+	RSS     int64
 	// WriteBytes is write_bytes of /proc/PID/io: bytes the process caused
 	// to be sent to storage (counted when pages are dirtied).
 	WriteBytes int64
@@ -32,6 +34,10 @@ func sampleProc(pid int) (procSample, error) {
 		return procSample{}, fmt.Errorf("read process status: %w", err)
 	}
 	hwm, err := parseStatusKB(string(status), "VmHWM")
+	if err != nil {
+		return procSample{}, err
+	}
+	rss, err := parseStatusKB(string(status), "VmRSS")
 	if err != nil {
 		return procSample{}, err
 	}
@@ -55,7 +61,7 @@ func sampleProc(pid int) (procSample, error) {
 	if err != nil {
 		return procSample{}, err
 	}
-	return procSample{PeakRSS: hwm, WriteBytes: wb, CancelledBytes: cancelled, CPU: cpu}, nil
+	return procSample{PeakRSS: hwm, RSS: rss, WriteBytes: wb, CancelledBytes: cancelled, CPU: cpu}, nil
 }
 
 // userHZ is the unit of the times in /proc/PID/stat (USER_HZ, 100 on every

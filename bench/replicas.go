@@ -168,7 +168,13 @@ func (p *replicaPair) buildTogether(ctx context.Context, jobIDs, refs []string) 
 	done := make(chan outcome, len(jobIDs))
 	for i := range jobIDs {
 		go func() {
-			b, err := p.agents[i].submit(ctx, p.master, jobIDs[i], msgs[i])
+			a := p.agents[i]
+			began, err := a.submitMessage(ctx, msgs[i])
+			if err != nil {
+				done <- outcome{i: i, err: err}
+				return
+			}
+			b, err := a.wait(ctx, p.master, jobIDs[i], began)
 			if err != nil {
 				done <- outcome{i: i, err: err}
 				return

@@ -98,25 +98,32 @@ func rowsClose(a, b Row) bool {
 func TestTargets(t *testing.T) {
 	rows := []Row{
 		{Image: ImageDebian, Pipeline: PipelineUpstream, WallMedian: 10, SizeMiB: 260, AllocatedMiB: 240},
-		{Image: ImageDebian, Pipeline: PipelineCold, WallMedian: 2, Ratio: 5, PeakRSSMiB: 60, WrittenPerSize: 1.2, SizeMiB: 248, AllocatedMiB: 207},
+		{Image: ImageDebian, Pipeline: PipelineFloor, WallMedian: 0.5},
+		{Image: ImageDebian, Pipeline: PipelineCold, WallMedian: 1.0, Ratio: 10, PeakRSSMiB: 60, WrittenPerSize: 1.2, SizeMiB: 248, AllocatedMiB: 207},
+		{Image: ImageDebian, Pipeline: PipelineWarmNow, WallMedian: 1.0, Ratio: 10, PeakRSSMiB: 60},
 		{Image: ImageDebian, Pipeline: PipelineWarm, WallMedian: 2, Ratio: 5, PeakRSSMiB: 64, WrittenPerSize: 0.8, SizeMiB: 248, AllocatedMiB: 207},
-		{Image: ImageDebian, Pipeline: PipelineReuse, WallMedian: 0.05, WallMax: 0.12, Ratio: 200, PeakRSSMiB: 64, SizeMiB: 248},
+		{Image: ImageDebian, Pipeline: PipelineReuse, WallMedian: 0.03, WallMax: 0.06, Ratio: 200, PeakRSSMiB: 64, SizeMiB: 248},
 		{Image: ImageLarge, Pipeline: PipelineUpstream, WallMedian: 20, SizeMiB: 500, AllocatedMiB: 450},
+		{Image: ImageLarge, Pipeline: PipelineFloor, WallMedian: 1.5},
 		{Image: ImageLarge, Pipeline: PipelineCold, WallMedian: 4, Ratio: 3.9, PeakRSSMiB: 300, WrittenPerSize: 1.4, SizeMiB: 520, AllocatedMiB: 440},
+		{Image: ImageSmall, Pipeline: PipelineCold, WallMedian: 0.5, Ratio: 3, PeakRSSMiB: 50},
 	}
 	got := map[string]bool{}
 	for _, tg := range Targets(rows) {
 		got[tg.Name] = tg.Pass
 	}
 	want := map[string]bool{
-		"cold speed-up debian":                      true,
-		"warm speed-up debian":                      false, // 5x < 8x
-		"reuse BUILT latency debian":                false, // max 120 ms
+		"tc-cold speed-up debian":                   true,
+		"tc-warm-now speed-up debian":               true,
+		"tc-warm speed-up debian":                   false, // 5x < 12x
+		"tc-cold / floor debian":                    false, // 2.0
+		"reuse BUILT latency debian":                false, // max 60 ms
 		"peak RSS debian":                           true,
 		"bytes written / image size debian tc-cold": true,
 		"bytes written / image size debian tc-warm": true,
 		"image size vs upstream debian":             true,
-		"cold speed-up large":                       false,
+		"tc-cold speed-up large":                    false,
+		"tc-cold / floor large":                     false, // 2.67
 		"peak RSS large":                            false,
 		"bytes written / image size large tc-cold":  false,
 		"peak RSS growth large/debian (cold)":       false, // 300/60
@@ -126,8 +133,53 @@ func TestTargets(t *testing.T) {
 			t.Errorf("target %q: pass=%v present=%v, want pass=%v", name, g, ok, pass)
 		}
 	}
-	if _, ok := got["image size vs upstream large"]; ok {
-		t.Error("size target for large without a warm row")
+	for _, name := range []string{"image size vs upstream large", "tc-cold speed-up small", "tc-warm-now speed-up large"} {
+		if _, ok := got[name]; ok {
+			t.Errorf("target %q without the rows it needs (or not required)", name)
+		}
+	}
+}
+
+func TestReportTargets(t *testing.T) {
+	r := &Report{Measurements: []Measurement{
+		measurement("debian", PipelineCold, 0, 1000*time.Millisecond, 60<<20, 1, 1),
+		measurement("debian", PipelineWarmNow, 0, 900*time.Millisecond, 60<<20, 1, 1),
+		measurement("debian", PipelineCold, 1, 1000*time.Millisecond, 60<<20, 1, 1),
+		measurement("debian", PipelineWarmNow, 1, 1100*time.Millisecond, 60<<20, 1, 1),
+		measurement("small", PipelineCold, 0, 500*time.Millisecond, 60<<20, 1, 1),
+		measurement("small", PipelineWarmNow, 0, 400*time.Millisecond, 60<<20, 1, 1),
+	}}
+	scale := func(content int64, cold, now time.Duration, rss int64) {
+		for _, m := range []Measurement{measurement("s", PipelineCold, 0, cold, rss, 1, 1), measurement("s", PipelineWarmNow, 0, now, rss, 1, 1)} {
+			m.Image, m.Content = scaleImageName(content), content
+			r.Scale = append(r.Scale, m)
+		}
+	}
+	scale(1<<30, 2*time.Second, time.Second, 80<<20)
+	scale(256<<20, 500*time.Millisecond, 300*time.Millisecond, 70<<20) // warm-now 1.2 s/GiB: +9 % of the mean 1.1
+	scale(2<<30, 4400*time.Millisecond, 2*time.Second, 85<<20)         // cold 2.2 s/GiB
+	r.Concurrency = []ConcurrencyRun{{Images: []string{"a", "b", "c", "d"}, Solo: []time.Duration{time.Second, time.Second, time.Second, time.Second},
+		All: 3 * time.Second}}
+	r.ManyFiles = []ManyFilesRun{{Entries: 1_000_000, PeakRSS: 400 << 20, IdleRSS: 20 << 20}}
+	got := map[string]Target{}
+	for _, tg := range r.Targets() {
+		got[tg.Name] = tg
+	}
+	for name, pass := range map[string]bool{
+		"tc-warm-now <= tc-cold debian":          false, // run 1: 1.1 s against 1.0 s
+		"tc-warm-now <= tc-cold small":           true,
+		"scale: s/GiB tc-cold":                   true, // 2.0, 2.0, 2.2 around 2.067: at most +6 %
+		"scale: s/GiB tc-warm-now":               true, // 1.2, 1.0, 1.0 around 1.067: at most +12.5 %
+		"scale: peak RSS scale-2048m/scale-256m": true,
+		"4 images together / sum of solo":        false, // 0.75
+		"RSS per entry, 1000000 entries":         true,  // 398 B
+	} {
+		if tg, ok := got[name]; !ok || tg.Pass != pass {
+			t.Errorf("target %q = %+v (present %v), want pass=%v", name, tg, ok, pass)
+		}
+	}
+	if g := got["tc-warm-now <= tc-cold debian"].Got; !strings.Contains(g, "1 of 2 runs slower") {
+		t.Errorf("warm-now target says %q", g)
 	}
 }
 

@@ -49,6 +49,16 @@ type Config struct {
 	// Replicas adds the two-replica rows (a MariaDB server started for
 	// them), after the main run.
 	Replicas bool
+	// ReuseSamples is how many reuse submissions each run measures
+	// (DefaultReuseSamples when 0).
+	ReuseSamples int
+	// ScaleLayerBytes is the content of one layer of the scale curve's
+	// images (ScaleSteps layers each) and of the concurrency images; 0
+	// measures neither.
+	ScaleLayerBytes int64
+	// ManyFiles is the file count of the many-files image built once for
+	// its memory per entry; 0 skips it.
+	ManyFiles int
 	// Log receives progress lines (discarded when nil).
 	Log io.Writer
 }
@@ -71,6 +81,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.ScratchSize == 0 {
 		cfg.ScratchSize = DefaultScratchSize
+	}
+	if cfg.ReuseSamples == 0 {
+		cfg.ReuseSamples = DefaultReuseSamples
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("bench: run as root (umoci unpack and mkfs.ext4 -d keep ownership, debootstrap and loop mounts need it)")
@@ -99,8 +112,12 @@ type harness struct {
 	setup  agentSetup
 	caPEM  []byte
 	refs   map[string]string
+	images map[string]*benchImage
 	report *Report
 }
+
+// DefaultReuseSamples is Config.ReuseSamples's default.
+const DefaultReuseSamples = 10
 
 // close stops what run started and removes the registry's storage and
 // the scratch filesystem; the generated images stay for the next run.
@@ -167,20 +184,15 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	h.setup = agentSetup{Binary: h.cfg.Agent, Master: h.master, RegistryHost: h.reg.Host, CAPath: caPath}
-	h.refs = map[string]string{}
+	h.refs, h.images = map[string]string{}, map[string]*benchImage{}
 	for _, name := range h.cfg.Images {
 		img, err := prepareImage(ctx, name, filepath.Join(w, "images"), h.cfg.Log)
 		if err != nil {
 			return nil, err
 		}
-		ref, err := img.push(ctx, h.reg.Host)
-		if err != nil {
+		if err := h.push(ctx, img); err != nil {
 			return nil, err
 		}
-		h.refs[name] = ref
-		h.report.Images = append(h.report.Images, ImageInfo{Name: name, Ref: ref, Layers: len(img.Layers),
-			Compressed: img.compressed(), Uncompressed: img.uncompressed(), Entries: img.entries()})
-		h.logf("pushed %s", ref)
 	}
 
 	for run := range h.cfg.Runs {
@@ -190,6 +202,9 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 			}
 		}
 	}
+	if err := h.extras(ctx); err != nil {
+		return nil, err
+	}
 	if h.cfg.Replicas {
 		if err := h.measureReplicas(ctx); err != nil {
 			return nil, err
@@ -198,6 +213,19 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	h.report.Finished = time.Now()
 	h.report.LoadEnd, _ = readLoad()
 	return h.report, nil
+}
+
+// push writes img to the registry and records it.
+func (h *harness) push(ctx context.Context, img *benchImage) error {
+	ref, err := img.push(ctx, h.reg.Host)
+	if err != nil {
+		return err
+	}
+	h.refs[img.Name], h.images[img.Name] = ref, img
+	h.report.Images = append(h.report.Images, ImageInfo{Name: img.Name, Ref: ref, Layers: len(img.Layers),
+		Compressed: img.compressed(), Uncompressed: img.uncompressed(), Entries: img.entries()})
+	h.logf("pushed %s", ref)
+	return nil
 }
 
 // iteration measures one run of every pipeline on one image; even runs
@@ -235,6 +263,15 @@ func (h *harness) iteration(ctx context.Context, name string, run int) error {
 		if err := step(); err != nil {
 			return err
 		}
+	}
+	if cold := h.find(name, run, PipelineCold); cold != nil {
+		fl, err := measureFloor(ctx, h.images[name], cold.Allocated, dir)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		fl.Run, fl.Size, fl.Allocated = run, cold.Size, cold.Allocated
+		h.report.Measurements = append(h.report.Measurements, fl)
+		h.logMeasurement(fl)
 	}
 	if h.cfg.Verify && run == 0 {
 		// Upstream's run injected the warm build's envd: same content.
@@ -305,69 +342,104 @@ func (h *harness) logMeasurement(m Measurement) {
 }
 
 // measureAgent starts an agent with an empty layer cache and measures a
-// cold build, a warm build with a different envd (warmEnvd) and a reuse
-// of the warm build's spec. It returns the agent, still running (also with
-// an error, once started), so that its image stays in place until the
+// cold build, a warm build submitted the moment the cold one's BUILT
+// report arrives (warm-now), the background work left after them, a warm
+// build with the cache idle, and reuses of the warm build's spec. Each
+// build has its own envd (warmEnvd for the warm build, which upstream's
+// run also injects). It returns the agent, still running (also with an
+// error, once started), so that its image stays in place until the
 // iteration ends and its log can be kept.
 func (h *harness) measureAgent(ctx context.Context, name string, run int, dir string, warmEnvd []byte) (*agentProc, error) {
 	a, err := startAgent(ctx, h.setup, dir)
 	if err != nil {
 		return nil, err
 	}
-	builds := []struct {
-		pipeline string
-		envd     []byte
-	}{
-		{PipelineCold, envdBlob(name, run, "cold")},
-		{PipelineWarm, warmEnvd},
-		{PipelineReuse, warmEnvd},
+	// The cold build's peak is the process's since start.
+	unix.Sync()
+	cold, _, err := h.agentBuild(ctx, a, name, run, PipelineCold, envdBlob(name, run, "cold"), false)
+	if err != nil {
+		return a, err
 	}
-	for i, b := range builds {
-		unix.Sync()
-		if i > 0 {
-			// The cold build's peak is the process's since start; later
-			// builds count from here.
-			if err := resetPeak(a.Pid()); err != nil {
-				return a, fmt.Errorf("bench: %w", err)
-			}
-		}
-		before, err := sampleProc(a.Pid())
+	h.record(cold)
+	// At once: no sync, no waiting for the layer cache.
+	now, nowAfter, err := h.agentBuild(ctx, a, name, run, PipelineWarmNow, envdBlob(name, run, "warm-now"), true)
+	if err != nil {
+		return a, err
+	}
+	h.record(now)
+	if err := h.measureRecode(ctx, a, cold, nowAfter, nowAfter.at); err != nil {
+		return a, err
+	}
+	unix.Sync()
+	warm, _, err := h.agentBuild(ctx, a, name, run, PipelineWarm, warmEnvd, true)
+	if err != nil {
+		return a, err
+	}
+	h.record(warm)
+	for range h.cfg.ReuseSamples {
+		reuse, _, err := h.agentBuild(ctx, a, name, run, PipelineReuse, warmEnvd, true)
 		if err != nil {
-			return a, fmt.Errorf("bench: %w", err)
+			return a, err
 		}
-		m := Measurement{Image: name, Pipeline: b.pipeline, Run: run, Load1: loadAvg1()}
-		jobID := fmt.Sprintf("bench-%s-%d-%s-%d", name, run, b.pipeline, time.Now().UnixNano())
-		res, err := a.build(ctx, h.master, jobID, h.refs[name], b.envd)
-		if err != nil {
-			return a, fmt.Errorf("bench: %s build of %s: %w", b.pipeline, name, err)
+		if reuse.SHA256 != warm.SHA256 {
+			return a, fmt.Errorf("bench: reuse of %s returned %s, the warm build made %s", name, reuse.SHA256, warm.SHA256)
 		}
-		after, err := sampleProc(a.Pid())
-		if err != nil {
-			return a, fmt.Errorf("bench: %w", err)
-		}
-		m.Wall, m.SHA256, m.PeakRSS = res.Wall, res.SHA256, after.PeakRSS
-		m.Written, m.CPU = after.WriteBytes-before.WriteBytes, after.CPU-before.CPU
-		m.Cancelled = after.CancelledBytes - before.CancelledBytes
-		if m.Size, m.Allocated, err = fileSize(res.Path); err != nil {
-			return a, fmt.Errorf("bench: %w", err)
-		}
-		m.path = res.Path
-		h.report.Measurements = append(h.report.Measurements, m)
-		h.logMeasurement(m)
-		if b.pipeline == PipelineCold {
-			if err := h.measureRecode(ctx, a, m, after, res.Done); err != nil {
-				return a, err
-			}
-		}
+		h.record(reuse)
 	}
 	return a, nil
 }
 
-// measureRecode measures the agent's background work after the cold build
-// (the layer cache re-encoding the new gzip layers as zstd), from the BUILT
-// report, whose process sample is at, until the cache is idle, so that the
-// warm build neither competes with it nor misses its result.
-func (h *harness) measureRecode(ctx context.Context, a *agentProc, cold Measurement, at procSample, built time.Time) error {
+// sampledBuild is the process sample after a build and when its BUILT
+// report arrived.
+type sampledBuild struct {
+	procSample
+	at time.Time
+}
+
+// agentBuild submits one build to a and measures it; resetPeak has the
+// peak RSS count from the build's start rather than the process's.
+func (h *harness) agentBuild(ctx context.Context, a *agentProc, name string, run int, pipeline string, envd []byte, reset bool) (Measurement, sampledBuild, error) {
+	if reset {
+		if err := resetPeak(a.Pid()); err != nil {
+			return Measurement{}, sampledBuild{}, fmt.Errorf("bench: %w", err)
+		}
+	}
+	before, err := sampleProc(a.Pid())
+	if err != nil {
+		return Measurement{}, sampledBuild{}, fmt.Errorf("bench: %w", err)
+	}
+	m := Measurement{Image: name, Pipeline: pipeline, Run: run, Load1: loadAvg1()}
+	jobID := fmt.Sprintf("bench-%s-%d-%s-%d", name, run, pipeline, time.Now().UnixNano())
+	res, err := a.build(ctx, h.master, jobID, h.refs[name], envd)
+	if err != nil {
+		return m, sampledBuild{}, fmt.Errorf("bench: %s build of %s: %w", pipeline, name, err)
+	}
+	after, err := sampleProc(a.Pid())
+	if err != nil {
+		return m, sampledBuild{}, fmt.Errorf("bench: %w", err)
+	}
+	m.Wall, m.SHA256, m.PeakRSS = res.Wall, res.SHA256, after.PeakRSS
+	m.Written, m.CPU = after.WriteBytes-before.WriteBytes, after.CPU-before.CPU
+	m.Cancelled = after.CancelledBytes - before.CancelledBytes
+	if m.Size, m.Allocated, err = fileSize(res.Path); err != nil {
+		return m, sampledBuild{}, fmt.Errorf("bench: %w", err)
+	}
+	m.path = res.Path
+	return m, sampledBuild{after, res.Done}, nil
+}
+
+// record adds m to the report and logs it.
+func (h *harness) record(m Measurement) {
+	h.report.Measurements = append(h.report.Measurements, m)
+	h.logMeasurement(m)
+}
+
+// measureRecode measures the agent's background work after the first
+// builds (the layer cache re-encoding the new gzip layers as zstd), from
+// the BUILT report of the last of them, whose process sample is at, until
+// the cache is idle, so that the warm build neither competes with it nor
+// misses its result. Its sizes are those of the cold build's image.
+func (h *harness) measureRecode(ctx context.Context, a *agentProc, cold Measurement, at sampledBuild, built time.Time) error {
 	if err := resetPeak(a.Pid()); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -383,8 +455,7 @@ func (h *harness) measureRecode(ctx context.Context, a *agentProc, cold Measurem
 		Wall: idle.Sub(built), CPU: after.CPU - at.CPU, Written: after.WriteBytes - at.WriteBytes,
 		Cancelled: after.CancelledBytes - at.CancelledBytes, PeakRSS: after.PeakRSS,
 		Size: cold.Size, Allocated: cold.Allocated}
-	h.report.Measurements = append(h.report.Measurements, m)
-	h.logMeasurement(m)
+	h.record(m)
 	return nil
 }
 

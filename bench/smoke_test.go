@@ -49,7 +49,7 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	agent := buildAgent(t)
 	report, err := Run(ctx, Config{WorkDir: t.TempDir(), Agent: agent, Runs: 1, Images: []string{ImageTiny},
-		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}})
+		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}, ReuseSamples: 2, ScaleLayerBytes: 1 << 20, ManyFiles: 3000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,17 +66,23 @@ func TestSmoke(t *testing.T) {
 	var got []string
 	for _, r := range rows {
 		got = append(got, r.Image+"/"+r.Pipeline)
-		if r.Runs != 1 || r.WallMedian <= 0 || r.PeakRSSMiB <= 0 || r.SizeMiB <= 0 || r.AllocatedMiB <= 0 {
+		runs := 1
+		if r.Pipeline == PipelineReuse {
+			runs = 2
+		}
+		if r.Runs != runs || r.WallMedian <= 0 || (r.PeakRSSMiB <= 0) != (r.Pipeline == PipelineFloor) || r.SizeMiB <= 0 || r.AllocatedMiB <= 0 {
 			t.Errorf("row %s/%s has empty figures: %+v", r.Image, r.Pipeline, r)
 		}
-		if (r.Pipeline == PipelineUpstream || r.Pipeline == PipelineRecode) != (r.Ratio == 0) {
-			t.Errorf("row %s/%s: ratio %v (only upstream and the re-encode have none)", r.Image, r.Pipeline, r.Ratio)
+		noRatio := r.Pipeline == PipelineUpstream || r.Pipeline == PipelineRecode || r.Pipeline == PipelineFloor
+		if noRatio != (r.Ratio == 0) {
+			t.Errorf("row %s/%s: ratio %v (only upstream, the floor and the re-encode have none)", r.Image, r.Pipeline, r.Ratio)
 		}
 		if r.SizeMiB*(1<<20) != float64(int64(r.SizeMiB*(1<<20))/(2<<20)*(2<<20)) {
 			t.Errorf("row %s/%s: size %.1f MiB is not a multiple of 2 MiB", r.Image, r.Pipeline, r.SizeMiB)
 		}
 	}
-	want := []string{"tiny/" + PipelineUpstream, "tiny/" + PipelineCold, "tiny/" + PipelineRecode, "tiny/" + PipelineWarm, "tiny/" + PipelineReuse}
+	want := []string{"tiny/" + PipelineUpstream, "tiny/" + PipelineFloor, "tiny/" + PipelineCold, "tiny/" + PipelineWarmNow,
+		"tiny/" + PipelineRecode, "tiny/" + PipelineWarm, "tiny/" + PipelineReuse}
 	if !slices.Equal(got, want) {
 		t.Errorf("table rows %v, want %v", got, want)
 	}
@@ -115,5 +121,21 @@ func TestSmoke(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "targets:") {
 		t.Error("report has no targets section")
+	}
+	// The agent-only parts: the scale curve (cold and warm-now of each
+	// size), the concurrent builds, the many-files image.
+	if pts := report.scalePoints(); len(pts) != len(ScaleSteps) || pts[0].perGiB[PipelineCold] <= 0 || pts[len(pts)-1].perGiB[PipelineWarmNow] <= 0 {
+		t.Errorf("scale points: %+v", pts)
+	}
+	if c := report.Concurrency; len(c) != 1 || len(c[0].Solo) != concurrencyImages || len(c[0].Together) != concurrencyImages || c[0].All <= 0 {
+		t.Errorf("concurrency: %+v", c)
+	}
+	if m := report.ManyFiles; len(m) != 1 || m[0].Entries < 3000 || m[0].PeakRSS <= m[0].IdleRSS || m[0].IdleRSS <= 0 {
+		t.Errorf("many files: %+v", m)
+	}
+	for _, section := range []string{"ratios", "floor:", "scale curve", "concurrency:", "many files", "RSS per entry", "tc-warm-now <= tc-cold tiny"} {
+		if !strings.Contains(out.String(), section) {
+			t.Errorf("report lacks %q", section)
+		}
 	}
 }

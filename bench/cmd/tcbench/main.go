@@ -1,7 +1,10 @@
 // Command tcbench measures CubeTemplateCenter against upstream's dockerless
 // pipeline (`make bench`): it generates its images, serves them from a
 // loopback docker-registry, builds each with upstream's tools and with the
-// templatecenter agent (cold, warm, reuse), and prints one table. Run it as
+// templatecenter agent (cold, warm right after, warm with the cache idle,
+// reuse), measures the floor the hardware allows, then the agent alone on
+// a scale curve, four images at once and an image of a million files, and
+// prints the tables and the targets. Run it as
 // root on an otherwise idle machine if you can; the load average is
 // recorded with every run.
 package main
@@ -39,6 +42,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	verify := fs.Bool("verify", true, "compare upstream's and the agent's image trees once per image (loop mounts)")
 	replicas := fs.Bool("replicas", true, "add the two-replica rows (two agents on one MariaDB database and fs blob store)")
 	hostFS := fs.Bool("hostfs", false, "build in the work directory's filesystem instead of a fresh journaled ext4 loop-mounted at WORK/builds")
+	reuse := fs.Int("reuse-samples", bench.DefaultReuseSamples, "reuse submissions measured per run and image")
+	scaleMiB := fs.Int64("scale-layer-mib", bench.DefaultScaleLayerBytes>>20, "MiB of content per layer of the scale curve (1, 2, 4 and 8 layers) and of the 4 concurrency images; 0 skips both")
+	many := fs.Int("many-files", bench.DefaultManyFiles, "files of the image built once for the memory per entry; 0 skips it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,7 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	report, err := bench.Run(ctx, bench.Config{WorkDir: *work, Agent: *agent, Runs: *runs,
-		Images: strings.Split(*images, ","), Verify: *verify, HostFS: *hostFS, Replicas: *replicas, Log: stderr})
+		Images: strings.Split(*images, ","), Verify: *verify, HostFS: *hostFS, Log: stderr,
+		ReuseSamples: *reuse, ScaleLayerBytes: *scaleMiB << 20, ManyFiles: *many, Replicas: *replicas})
 	if err != nil {
 		return err
 	}
