@@ -37,9 +37,10 @@ func TestReadAhead(t *testing.T) {
 	}
 
 	t.Run("Size", func(t *testing.T) {
-		for _, size := range []int{0, 1 << 20, 3<<20 + 5, 32 << 20} {
+		pool := new(layercodec.ChunkPool) // shared: buffers of one reader serve the next
+		for _, size := range []int{0, 1 << 20, 3<<20 + 5, 32 << 20, 4 << 20} {
 			src := &countingReader{r: bytes.NewReader(data)}
-			ra := layercodec.ReadAheadSize(src, size)
+			ra := layercodec.ReadAheadSize(src, size, pool)
 			if err := iotest.TestReader(ra, data); err != nil {
 				t.Errorf("ReadAheadSize(%d): %v", size, err)
 			}
@@ -47,7 +48,7 @@ func TestReadAhead(t *testing.T) {
 		}
 		// A lead of 8 MiB reads at most 8 MiB past the chunk in hand.
 		src := &countingReader{r: bytes.NewReader(data)}
-		ra := layercodec.ReadAheadSize(src, 8<<20)
+		ra := layercodec.ReadAheadSize(src, 8<<20, nil)
 		if _, err := io.ReadFull(ra, make([]byte, 1)); err != nil {
 			t.Fatal(err)
 		}
