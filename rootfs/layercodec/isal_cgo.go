@@ -84,6 +84,13 @@ typedef struct {
 	int finished;     // the member's trailer has been read and checked
 } tc_isal_result;
 
+static int tc_has_avx;
+
+static void tc_cpu_init(void) {
+	__builtin_cpu_init();
+	tc_has_avx = __builtin_cpu_supports("avx");
+}
+
 // tc_isal_run inflates into out (Go memory, valid only during the call:
 // the state never keeps the pointer, ISA-L keeps its history window in
 // the state itself).
@@ -93,6 +100,9 @@ static tc_isal_result tc_isal_run(tc_isal *lib, struct inflate_state *s, uint8_t
 	s->next_out = out;
 	s->avail_out = outlen;
 	r.ret = lib->inflate(s);
+	if (tc_has_avx) {
+		__asm__ volatile("vzeroupper" ::: "memory");
+	}
 	r.out = outlen - s->avail_out;
 	r.in = avail > s->avail_in ? avail - s->avail_in : 0;
 	r.finished = s->block_state == ISAL_BLOCK_FINISH;
@@ -121,6 +131,7 @@ func loadISAL(path string) (*isalLib, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var msg [512]C.char
+	C.tc_cpu_init()
 	lib := C.tc_isal_open(cpath, &msg[0], C.size_t(len(msg)))
 	if lib == nil {
 		return nil, fmt.Errorf("load %s: %s", path, C.GoString(&msg[0]))
