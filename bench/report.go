@@ -73,6 +73,10 @@ type Measurement struct {
 	SHA256    string  `json:"sha256"`
 	Load1     float64 `json:"load1"`
 	Steps     []Step  `json:"steps,omitempty"`
+	// Transcoded is, for tc-recode, how many layers the agent's cache
+	// had re-encoded once idle (some may finish before the BUILT report
+	// arrives, their writes then counted in the build's).
+	Transcoded int `json:"transcoded,omitempty"`
 	// Inflate and WriteTime are the floor's two parts; Inflaters names
 	// the fastest inflater of each layer.
 	Inflate   time.Duration `json:"inflate_ns,omitempty"`

@@ -451,10 +451,14 @@ func (h *harness) measureRecode(ctx context.Context, a *agentProc, cold Measurem
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
+	transcoded, err := a.metric(ctx, "cube_templatecenter_layer_cache_transcoded_total")
+	if err != nil {
+		return fmt.Errorf("bench: %s: %w", cold.Image, err)
+	}
 	m := Measurement{Image: cold.Image, Pipeline: PipelineRecode, Run: cold.Run, Load1: cold.Load1,
 		Wall: idle.Sub(built), CPU: after.CPU - at.CPU, Written: after.WriteBytes - at.WriteBytes,
 		Cancelled: after.CancelledBytes - at.CancelledBytes, PeakRSS: after.PeakRSS,
-		Size: cold.Size, Allocated: cold.Allocated}
+		Size: cold.Size, Allocated: cold.Allocated, Transcoded: int(transcoded)}
 	h.record(m)
 	return nil
 }

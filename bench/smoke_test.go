@@ -112,9 +112,11 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	// The tiny image's gzip layers were re-encoded between the cold and the
-	// warm build, which the re-encode's writes show.
-	if r := byPipeline[PipelineRecode]; r.Written <= 0 || r.Wall <= 0 {
-		t.Errorf("re-encode after the cold build: %+v, want writes and time", r)
+	// warm build (the writes may fall before the BUILT report, in the
+	// build's measurement, now that the re-encode waits only while builds
+	// use the cache).
+	if r := byPipeline[PipelineRecode]; r.Transcoded < 1 {
+		t.Errorf("re-encode after the cold build: %+v, want layers re-encoded", r)
 	}
 	if up := byPipeline[PipelineUpstream]; up.Written <= 0 {
 		t.Errorf("upstream wrote %d bytes, want the sum of its steps' writes", up.Written)
