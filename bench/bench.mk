@@ -5,6 +5,7 @@
 #                      reuse) and the floor on three generated images, served
 #                      by a loopback docker-registry; then the agent's scale
 #                      curve, 4 images at once and a 1,000,000-file image;
+#                      then two replicas on one MariaDB and blob store;
 #                      prints the tables and targets (docs/performance.md)
 #   make bench-micro   go test -bench in bench/: decompression, sha256, the
 #                      Builder end to end (with a phase breakdown)
