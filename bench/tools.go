@@ -27,6 +27,8 @@ var tools = [...]tool{
 	{"truncate", "coreutils"},
 	{"losetup", "mount"},
 	{"time", "time"},
+	// The two-replica rows' database.
+	{"mariadbd", "mariadb-server"},
 }
 
 // debootstrapTool makes the Debian tree (ImageDebian, ImageLarge).
