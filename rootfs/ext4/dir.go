@@ -57,12 +57,22 @@ func fillLeaf(b []byte, ents []dirent, is uint32) {
 	sealLeaf(b, is)
 }
 
-// buildDir renders a directory's blocks into in.dirData: one linear block
-// when "." , ".." and the entries fit, else an htree.
+// buildDir renders a directory's blocks into in.x.dirData: one linear
+// block when "." , ".." and the entries fit, else an htree. The entry list
+// is dropped once rendered.
 func buildDir(ctx context.Context, in *inode, hashSeed [4]uint32, fsSeed uint32) error {
+	if err := renderDir(ctx, in, hashSeed, fsSeed); err != nil {
+		return err
+	}
+	in.x.children = nil
+	return nil
+}
+
+func renderDir(ctx context.Context, in *inode, hashSeed [4]uint32, fsSeed uint32) error {
+	x := in.x
 	is := inodeSeed(fsSeed, in.ino)
 	size := recLen(1) + recLen(2)
-	for _, e := range in.children {
+	for _, e := range x.children {
 		size += recLen(len(e.name))
 	}
 	if size <= dirLeafSpace {
@@ -70,13 +80,13 @@ func buildDir(ctx context.Context, in *inode, hashSeed [4]uint32, fsSeed uint32)
 		if in.ino == firstIno {
 			nblocks = lpfMinBlocks
 		}
-		in.dirData = make([]byte, nblocks*BlockSize)
-		ents := make([]dirent, 0, 2+len(in.children))
-		ents = append(ents, dirent{".", in.ino, ftDir}, dirent{"..", in.parent, ftDir})
-		ents = append(ents, in.children...)
-		fillLeaf(in.dirData[:BlockSize], ents, is)
+		x.dirData = make([]byte, nblocks*BlockSize)
+		ents := make([]dirent, 0, 2+len(x.children))
+		ents = append(ents, dirent{".", in.ino, ftDir}, dirent{"..", x.parent, ftDir})
+		ents = append(ents, x.children...)
+		fillLeaf(x.dirData[:BlockSize], ents, is)
 		for i := 1; i < nblocks; i++ {
-			fillLeaf(in.dirData[i*BlockSize:(i+1)*BlockSize], nil, is)
+			fillLeaf(x.dirData[i*BlockSize:(i+1)*BlockSize], nil, is)
 		}
 		return nil
 	}
@@ -94,8 +104,9 @@ type dxRef struct {
 }
 
 func buildHtree(ctx context.Context, in *inode, hashSeed [4]uint32, is uint32) error {
-	ents := make([]hashedEnt, len(in.children))
-	for i, e := range in.children {
+	x := in.x
+	ents := make([]hashedEnt, len(x.children))
+	for i, e := range x.children {
 		if i%checkEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -142,8 +153,8 @@ func buildHtree(ctx context.Context, in *inode, hashSeed [4]uint32, is uint32) e
 		}
 	}
 	total := 1 + nodes + len(leaves)
-	in.dirData = make([]byte, total*BlockSize)
-	blk := func(i int) []byte { return in.dirData[i*BlockSize : (i+1)*BlockSize] }
+	x.dirData = make([]byte, total*BlockSize)
+	blk := func(i int) []byte { return x.dirData[i*BlockSize : (i+1)*BlockSize] }
 	// Leaves after the root and the index nodes.
 	refs := make([]dxRef, len(leaves))
 	for i, l := range leaves {
@@ -169,14 +180,14 @@ func buildHtree(ctx context.Context, in *inode, hashSeed [4]uint32, is uint32) e
 	// Root: ".", "..", dx_root_info, entries.
 	b := blk(0)
 	putDirent(b, in.ino, 12, ".", ftDir)
-	putDirent(b[12:], in.parent, BlockSize-12, "..", ftDir)
+	putDirent(b[12:], x.parent, BlockSize-12, "..", ftDir)
 	binary.LittleEndian.PutUint32(b[24:], 0)
 	b[28] = hashHalfMD4
 	b[29] = 8
 	b[30] = uint8(levels)
 	b[31] = 0
 	putDxEntries(b, dxRootCount, dxRootLimit, refs, is)
-	in.htree = true
+	x.htree = true
 	return nil
 }
 

@@ -57,19 +57,18 @@ func putIndex(b []byte, logical uint32, child uint64) {
 	binary.LittleEndian.PutUint16(b[10:], 0)
 }
 
-// buildExtentTree fills in.root (i_block) and in.tree from in.ext, using
-// the physical blocks in phys for the nodes outside the inode (as many as
-// treeBlockCount says, leaves first).
+// buildExtentTree fills in.x.tree and in.x.root (i_block) from the
+// inode's extents when they do not fit in the inode, using the physical
+// blocks in phys for the nodes outside it (as many as treeBlockCount says,
+// leaves first). An inode whose extents fit keeps nothing: putIBlock
+// renders them.
 func buildExtentTree(in *inode, phys []uint64, seed uint32) {
-	exts := in.ext
+	exts := in.extents()
 	levels := treeLevels(len(exts))
 	if len(levels) == 0 {
-		putExtHeader(in.root[:], len(exts), extRootMax, 0)
-		for i, e := range exts {
-			putLeaf(in.root[12+12*i:], e)
-		}
 		return
 	}
+	x := in.extra()
 	type ref struct {
 		logical uint32
 		block   uint64
@@ -84,7 +83,7 @@ func buildExtentTree(in *inode, phys []uint64, seed uint32) {
 		for j, e := range chunk {
 			putLeaf(b[12+12*j:], e)
 		}
-		in.tree = append(in.tree, treeBlock{block: phys[next], data: b})
+		x.tree = append(x.tree, treeBlock{block: phys[next], data: b})
 		cur = append(cur, ref{chunk[0].logical, phys[next]})
 		next++
 	}
@@ -98,19 +97,32 @@ func buildExtentTree(in *inode, phys []uint64, seed uint32) {
 			for j, r := range chunk {
 				putIndex(b[12+12*j:], r.logical, r.block)
 			}
-			in.tree = append(in.tree, treeBlock{block: phys[next], data: b})
+			x.tree = append(x.tree, treeBlock{block: phys[next], data: b})
 			up = append(up, ref{chunk[0].logical, phys[next]})
 			next++
 		}
 		cur = up
 	}
-	putExtHeader(in.root[:], len(cur), extRootMax, len(levels))
+	putExtHeader(x.root[:], len(cur), extRootMax, len(levels))
 	for i, r := range cur {
-		putIndex(in.root[12+12*i:], r.logical, r.block)
+		putIndex(x.root[12+12*i:], r.logical, r.block)
 	}
 	is := inodeSeed(seed, in.ino)
-	for _, t := range in.tree {
+	for _, t := range x.tree {
 		binary.LittleEndian.PutUint32(t.data[extTailOffset:], crc32c(is, t.data[:extTailOffset]))
+	}
+}
+
+// putIBlock renders the extent tree root of in into b (i_block, 60 bytes).
+func putIBlock(b []byte, in *inode) {
+	if x := in.x; x != nil && len(x.tree) > 0 {
+		copy(b, x.root[:])
+		return
+	}
+	exts := in.extents()
+	putExtHeader(b, len(exts), extRootMax, 0)
+	for i, e := range exts {
+		putLeaf(b[12+12*i:], e)
 	}
 }
 

@@ -129,8 +129,7 @@ func (f *finisher) prepare() error {
 			}
 		}
 		if in.ftype == ftRegular {
-			in.ext = n.Data.extents
-			for _, e := range in.ext {
+			for _, e := range n.Data.extents {
 				if err := f.base.mark(e.physical, uint64(e.length)); err != nil {
 					return fmt.Errorf("claim data of %q: %w", in.path(), err)
 				}
@@ -143,7 +142,8 @@ func (f *finisher) prepare() error {
 				return fmt.Errorf("plan tree: %w", err)
 			}
 			ib, blk := splitXattrs(es)
-			in.ibody = ibodyXattrs(ib)
+			x := in.extra()
+			x.ibody = ibodyXattrs(ib)
 			if len(blk) > 0 {
 				data, ok := blockXattrs(blk)
 				if !ok {
@@ -157,7 +157,7 @@ func (f *finisher) prepare() error {
 					f.xblocks = append(f.xblocks, xb)
 				}
 				xb.refs++
-				in.xblock = xb
+				x.xblock = xb
 			}
 		}
 	}
@@ -257,33 +257,36 @@ func (f *finisher) place(groups uint64, ipg uint32) error {
 		if in == nil {
 			continue
 		}
-		in.tree = nil
 		in.blocks = 0
-		clear(in.root[:])
+		if in.x != nil {
+			in.x.tree = nil
+			clear(in.x.root[:])
+		}
 		switch {
 		case in == f.journal:
 			runs, err := take(uint64(f.opts.JournalBlocks))
 			if err != nil {
 				return fmt.Errorf("place journal: %w", err)
 			}
-			in.ext = runsToExtents(runs)
+			in.node.Data.extents = runsToExtents(runs)
 		case in.ftype == ftDir:
-			runs, err := take(uint64(len(in.dirData) / BlockSize))
+			runs, err := take(uint64(len(in.x.dirData) / BlockSize))
 			if err != nil {
 				return fmt.Errorf("place directory %q: %w", in.path(), err)
 			}
-			in.ext = runsToExtents(runs)
+			in.x.ext = runsToExtents(runs)
 		case in.ftype == ftSymlink && len(in.node.LinkTarget) >= fastSymlink:
 			runs, err := take(1)
 			if err != nil {
 				return fmt.Errorf("place symlink %q: %w", in.path(), err)
 			}
-			in.ext = runsToExtents(runs)
+			in.extra().ext = runsToExtents(runs)
 		}
-		for _, e := range in.ext {
+		exts := in.extents()
+		for _, e := range exts {
 			in.blocks += uint64(e.length)
 		}
-		if xb := in.xblock; xb != nil {
+		if xb := in.xblock(); xb != nil {
 			if !xb.placed {
 				runs, err := take(1)
 				if err != nil {
@@ -294,8 +297,8 @@ func (f *finisher) place(groups uint64, ipg uint32) error {
 			}
 			in.blocks++
 		}
-		if in.ftype == ftRegular || in.ftype == ftDir || len(in.ext) > 0 {
-			k := treeBlockCount(len(in.ext))
+		if in.ftype == ftRegular || in.ftype == ftDir || len(exts) > 0 {
+			k := treeBlockCount(len(exts))
 			var phys []uint64
 			if k > 0 {
 				runs, err := take(uint64(k))
@@ -367,20 +370,23 @@ func (f *finisher) write() error {
 				return err
 			}
 		case in.ftype == ftDir:
-			for _, e := range in.ext {
+			for _, e := range in.x.ext {
 				lo := uint64(e.logical) * BlockSize
-				if err := s.put(e.physical, in.dirData[lo:lo+uint64(e.length)*BlockSize]); err != nil {
+				if err := s.put(e.physical, in.x.dirData[lo:lo+uint64(e.length)*BlockSize]); err != nil {
 					return err
 				}
 			}
-		case in.ftype == ftSymlink && len(in.ext) > 0:
+		case in.ftype == ftSymlink && in.x != nil && len(in.x.ext) > 0:
 			b := make([]byte, BlockSize)
 			copy(b, in.node.LinkTarget)
-			if err := s.put(in.ext[0].physical, b); err != nil {
+			if err := s.put(in.x.ext[0].physical, b); err != nil {
 				return err
 			}
 		}
-		for _, t := range in.tree {
+		if in.x == nil {
+			continue
+		}
+		for _, t := range in.x.tree {
 			if err := s.put(t.block, t.data); err != nil {
 				return err
 			}
@@ -586,11 +592,12 @@ func (f *finisher) zeroStale(s, e uint64) error {
 }
 
 func (f *finisher) writeJournal(s *sink, in *inode) error {
-	first := in.ext[0].physical
+	exts := in.extents()
+	first := exts[0].physical
 	if err := s.put(first, journalSuperblock(f.opts.JournalBlocks, f.opts.UUID)); err != nil {
 		return err
 	}
-	for i, e := range in.ext {
+	for i, e := range exts {
 		st := e.physical
 		if i == 0 {
 			st++

@@ -40,21 +40,21 @@ func encodeInode(b []byte, in *inode, fsSeed uint32) {
 	case ftRegular:
 		size = uint64(n.Size)
 		flags = inodeExtentsFl
-		copy(b[0x28:0x64], in.root[:])
+		putIBlock(b[0x28:0x64], in)
 	case ftDir:
-		size = uint64(len(in.dirData))
+		size = uint64(len(in.x.dirData))
 		flags = inodeExtentsFl
-		if in.htree {
+		if in.x.htree {
 			flags |= inodeIndexFl
 		}
-		copy(b[0x28:0x64], in.root[:])
+		putIBlock(b[0x28:0x64], in)
 	case ftSymlink:
 		size = uint64(len(n.LinkTarget))
 		if len(n.LinkTarget) < fastSymlink {
 			copy(b[0x28:0x64], n.LinkTarget)
 		} else {
 			flags = inodeExtentsFl
-			copy(b[0x28:0x64], in.root[:])
+			putIBlock(b[0x28:0x64], in)
 		}
 	case ftChar, ftBlock:
 		maj, mnr := n.DevMajor, n.DevMinor
@@ -71,9 +71,9 @@ func encodeInode(b []byte, in *inode, fsSeed uint32) {
 	le.PutUint32(b[0x1C:], uint32(sectors))
 	le.PutUint16(b[0x74:], uint16(sectors>>32))
 	le.PutUint32(b[0x20:], flags)
-	if in.xblock != nil {
-		le.PutUint32(b[0x68:], uint32(in.xblock.block))
-		le.PutUint16(b[0x76:], uint16(in.xblock.block>>32))
+	if xb := in.xblock(); xb != nil {
+		le.PutUint32(b[0x68:], uint32(xb.block))
+		le.PutUint16(b[0x76:], uint16(xb.block>>32))
 	}
 
 	putTime := func(lo, extra int, t time.Time) {
@@ -86,8 +86,8 @@ func encodeInode(b []byte, in *inode, fsSeed uint32) {
 	putTime(0x10, 0x88, n.Mtime)
 	putTime(0x90, 0x94, n.Crtime)
 	le.PutUint16(b[0x80:], extraIsize)
-	if in.ibody != nil {
-		copy(b[xattrIbodyStart:], in.ibody)
+	if in.x != nil && in.x.ibody != nil {
+		copy(b[xattrIbodyStart:], in.x.ibody)
 	}
 	// Checksum over the whole inode with both checksum fields zero.
 	c := crc32c(inodeSeed(fsSeed, in.ino), b[:inodeSize])

@@ -144,7 +144,7 @@ func encodeSuperblock(b []byte, p *superblockParams) {
 	if j := p.journal; j != nil {
 		le.PutUint32(b[0xE0:], journalIno)
 		b[0xFD] = 1 // s_jnl_backup_type: inode blocks
-		copy(b[0x10C:0x148], j.root[:])
+		putIBlock(b[0x10C:0x148], j)
 		size := uint64(j.node.Size)
 		le.PutUint32(b[0x148:], uint32(size>>32))
 		le.PutUint32(b[0x14C:], uint32(size))

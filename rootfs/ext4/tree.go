@@ -38,17 +38,26 @@ type dirent struct {
 	ftype uint8
 }
 
-// inode is the planning record of one inode.
+// inode is the planning record of one inode. It is kept small, as a tree
+// of a million files has a million of them: what only directories, xattrs
+// or large extent maps need lives in x, and i_block is rendered when the
+// inode table is written.
 type inode struct {
 	node   *Node
-	ino    uint32
 	up     *inode // directory of the first link (nil for the root)
 	name   string // name of the first link
-	ftype  uint8
+	x      *inodeExtra
+	blocks uint64 // 4 KiB blocks charged to the inode (i_blocks/8)
+	ino    uint32
 	links  uint32
+	ftype  uint8
+}
+
+// inodeExtra holds the planning fields few inodes need.
+type inodeExtra struct {
 	parent uint32 // directories: inode of ".."
 
-	children []dirent // directories: sorted entries without "." and ".."
+	children []dirent // directories: sorted entries without "." and "..", until rendered
 	subdirs  uint32
 	dirData  []byte // directories: every block's bytes
 	htree    bool
@@ -56,12 +65,44 @@ type inode struct {
 	ibody  []byte // in-inode xattr area (after i_extra_isize), or nil
 	xblock *xattrBlock
 
-	// Placement.
-	ext    []extent // block map (data for files, allocated for the rest)
-	tree   []treeBlock
-	root   [60]byte // i_block
-	blocks uint64   // 4 KiB blocks charged to the inode (i_blocks/8)
+	// ext is the block map of inodes that are not regular files (those
+	// use their Data's).
+	ext []extent
+	// tree holds the extent tree blocks outside the inode, and root its
+	// top (i_block), when the block map does not fit in the inode.
+	tree []treeBlock
+	root [60]byte
 }
+
+// extra returns in.x, allocating it on first use.
+func (in *inode) extra() *inodeExtra {
+	if in.x == nil {
+		in.x = new(inodeExtra)
+	}
+	return in.x
+}
+
+// xblock returns the inode's external xattr block, or nil.
+func (in *inode) xblock() *xattrBlock {
+	if in.x == nil {
+		return nil
+	}
+	return in.x.xblock
+}
+
+// extents returns the inode's block map.
+func (in *inode) extents() []extent {
+	if in.ftype == ftRegular {
+		return in.node.Data.extents
+	}
+	if in.x == nil {
+		return nil
+	}
+	return in.x.ext
+}
+
+// inodeSlab is how many inode records are allocated at once.
+const inodeSlab = 1024
 
 // plan collects every inode of the tree in inode-number order.
 type plan struct {
@@ -70,7 +111,18 @@ type plan struct {
 	owner  *Writer
 	inodes []*inode // index ino-1; reserved slots are nil
 	byNode map[*Node]*inode
+	slab   []inode // records handed out by newInode
 	steps  int
+}
+
+// newInode returns a zero record from the current slab: one allocation
+// per inodeSlab records instead of one each.
+func (p *plan) newInode() *inode {
+	if len(p.slab) == cap(p.slab) {
+		p.slab = make([]inode, 0, inodeSlab)
+	}
+	p.slab = p.slab[:len(p.slab)+1]
+	return &p.slab[len(p.slab)-1]
 }
 
 // path is the inode's first path, for messages.
@@ -146,7 +198,8 @@ func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
 		return nil, invalid("/", "%s", err)
 	}
 	p := &plan{ctx: ctx, owner: w, byNode: make(map[*Node]*inode), inodes: make([]*inode, firstIno-1)}
-	ri := &inode{node: root, ino: rootIno, ftype: ftDir, parent: rootIno}
+	ri := p.newInode()
+	*ri = inode{node: root, ino: rootIno, ftype: ftDir, x: &inodeExtra{parent: rootIno}}
 	p.inodes[rootIno-1] = ri
 	p.byNode[root] = ri
 
@@ -156,14 +209,15 @@ func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
 		lpf = &Node{Mode: ModeDir | 0o700, Atime: t, Mtime: t, Ctime: t, Crtime: t}
 	}
 	if lpf.Mode&ModeTypeMask == ModeDir {
-		li := &inode{node: lpf, ino: firstIno, up: ri, name: lostFound, ftype: ftDir, parent: rootIno}
+		li := p.newInode()
+		*li = inode{node: lpf, ino: firstIno, up: ri, name: lostFound, ftype: ftDir, x: &inodeExtra{parent: rootIno}}
 		p.inodes = append(p.inodes, li)
 		p.byNode[lpf] = li
 		if root.Children[lostFound] == nil {
 			// Created here: linked from the root below.
-			ri.children = append(ri.children, dirent{name: lostFound, ino: firstIno, ftype: ftDir})
+			ri.x.children = append(ri.x.children, dirent{name: lostFound, ino: firstIno, ftype: ftDir})
 			li.links = 1
-			ri.subdirs++
+			ri.x.subdirs++
 		}
 	} else {
 		// A non-directory named lost+found: keep it, and leave inode 11
@@ -173,14 +227,14 @@ func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
 	if err := p.walk(ri); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(ri.children, func(a, b dirent) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(ri.x.children, func(a, b dirent) int { return strings.Compare(a.name, b.name) })
 	// Link counts of directories.
 	for _, in := range p.inodes {
 		if in == nil {
 			continue
 		}
 		if in.ftype == ftDir {
-			in.links = 2 + in.subdirs
+			in.links = 2 + in.x.subdirs
 			if in.links > maxLinks {
 				in.links = 1 // dir_nlink: "many"
 			}
@@ -188,6 +242,7 @@ func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
 			return nil, invalid(in.path(), "%d hard links, more than %d", in.links, maxLinks)
 		}
 	}
+	p.byNode = nil // only the walk needs it
 	return p, nil
 }
 
@@ -198,8 +253,9 @@ func (p *plan) walk(dir *inode) error {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if dir.children == nil {
-		dir.children = make([]dirent, 0, len(names))
+	dx := dir.x
+	if dx.children == nil {
+		dx.children = make([]dirent, 0, len(names))
 	}
 	var dpath string // computed on the first error only
 	pathOf := func(name string) string {
@@ -227,7 +283,11 @@ func (p *plan) walk(dir *inode) error {
 			if err := checkNode(child, p.owner); err != "" {
 				return invalid(pathOf(name), "%s", err)
 			}
-			ci = &inode{node: child, ino: uint32(len(p.inodes) + 1), up: dir, name: name, ftype: fileType(child.Mode)}
+			ci = p.newInode()
+			*ci = inode{node: child, ino: uint32(len(p.inodes) + 1), up: dir, name: name, ftype: fileType(child.Mode)}
+			if ci.ftype == ftDir {
+				ci.x = new(inodeExtra)
+			}
 			if uint64(ci.ino) >= 1<<32-1 {
 				return invalid(pathOf(name), "too many inodes")
 			}
@@ -242,10 +302,10 @@ func (p *plan) walk(dir *inode) error {
 			return invalid(pathOf(name), "hard link to directory %q", ci.path())
 		}
 		ci.links++
-		dir.children = append(dir.children, dirent{name: name, ino: ci.ino, ftype: ci.ftype})
+		dx.children = append(dx.children, dirent{name: name, ino: ci.ino, ftype: ci.ftype})
 		if ci.ftype == ftDir && ci.links == 1 {
-			ci.parent = dir.ino
-			dir.subdirs++
+			ci.x.parent = dir.ino
+			dx.subdirs++
 			if err := p.walk(ci); err != nil {
 				return err
 			}
