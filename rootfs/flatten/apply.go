@@ -228,7 +228,7 @@ func (t *Tree) walkCreate(comps []string) (*ext4.Node, error) {
 			if err := t.charge(nodeCost(c, child)); err != nil {
 				return nil, err
 			}
-			dir.Children[c] = child
+			dir.Children[keyName(c)] = child
 		case isSymlink(child):
 			return nil, ErrSymlink
 		case !isDir(child):

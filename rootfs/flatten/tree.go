@@ -181,7 +181,7 @@ func (t *Tree) resolve(p string, mkdir bool, mtime time.Time) (*walker, error) {
 				if dir.Children == nil {
 					dir.Children = make(map[string]*ext4.Node)
 				}
-				dir.Children[c.name] = child
+				dir.Children[keyName(c.name)] = child
 			} else {
 				if len(todo) == 0 || onlyDots(todo) {
 					w.last = c.name
@@ -251,6 +251,11 @@ func cleanRelative(name string) ([]string, error) {
 	return strings.Split(c, "/"), nil
 }
 
+// keyName copies a name about to become a directory entry: names are cut
+// from the tar header's full path, which the tree would otherwise keep
+// alive for every entry.
+func keyName(name string) string { return strings.Clone(name) }
+
 func newDirNode(perm, uid, gid uint32, t time.Time) *ext4.Node {
 	return &ext4.Node{
 		Mode:     ext4.ModeDir | perm,
@@ -270,11 +275,15 @@ func isRegular(n *ext4.Node) bool { return n.Mode&ext4.ModeTypeMask == ext4.Mode
 
 // put makes dir/name refer to n, dropping what was there.
 func (t *Tree) put(dir *ext4.Node, name string, n *ext4.Node) {
-	if old := dir.Children[name]; old != nil && old != n {
+	old, exists := dir.Children[name]
+	if old != nil && old != n {
 		t.drop(name, old)
 	}
 	if dir.Children == nil {
 		dir.Children = make(map[string]*ext4.Node)
+	}
+	if !exists {
+		name = keyName(name)
 	}
 	dir.Children[name] = n
 	t.touch(dir, name)
