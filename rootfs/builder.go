@@ -161,7 +161,8 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		UUID: derive("uuid", spec.Fingerprint), HashSeed: derive("hash-seed", spec.Fingerprint),
 		Label: "cube-rootfs", Time: stamp, JournalBlocks: journalBlocks(img.CompressedSize),
 		HeadroomPercent: uint32(b.opts.HeadroomPercent), HeadroomMinBlocks: 1024, HeadroomInodes: uint32(b.opts.HeadroomInodes),
-		NoSync: true, // flushed below while the image is hashed
+		NoSync:      true, // flushed below while the image is hashed
+		ConsumeTree: true, // the tree is not used after Finish
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start ext4 image: %w", err)

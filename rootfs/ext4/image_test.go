@@ -120,7 +120,12 @@ func TestReadWriteMount(t *testing.T) {
 // buildDeterministic builds the same image, including releases and a
 // fragmented file, into path.
 func buildDeterministic(t *testing.T, path string) {
-	o := testOptions()
+	buildDeterministicWith(t, path, testOptions())
+}
+
+// buildDeterministicWith is buildDeterministic with opts (the journal
+// size aside), and returns the tree's root.
+func buildDeterministicWith(t *testing.T, path string, o Options) *Node {
 	o.JournalBlocks = 2048
 	im := newImageAt(t, path, o)
 	tr := richTree(im)
@@ -134,6 +139,28 @@ func buildDeterministic(t *testing.T, path string) {
 	tr.root.Children["frag"] = im.file(0o644, randBytes(99, 200*4096))
 	tr.root.Children["big"] = bigDir(3000, func(i int) string { return fmt.Sprintf("entry-%d", i) })
 	im.finish(tr.root)
+	return tr.root
+}
+
+// TestConsumeTree checks that a Finish which empties the tree as it goes
+// writes the same bytes as one that leaves it alone.
+func TestConsumeTree(t *testing.T) {
+	d := t.TempDir()
+	a, b := filepath.Join(d, "a.ext4"), filepath.Join(d, "b.ext4")
+	kept := buildDeterministicWith(t, a, testOptions())
+	o := testOptions()
+	o.ConsumeTree = true
+	consumed := buildDeterministicWith(t, b, o)
+	if sa, sb := imagetest.FileSHA256(t, a), imagetest.FileSHA256(t, b); sa != sb {
+		out, _ := exec.Command("cmp", a, b).CombinedOutput()
+		t.Errorf("images differ with ConsumeTree: %s vs %s (%s)", sa, sb, out)
+	}
+	if kept.Children == nil {
+		t.Errorf("Finish without ConsumeTree emptied the root")
+	}
+	if consumed.Children != nil {
+		t.Errorf("Finish with ConsumeTree left the root's %d entries", len(consumed.Children))
+	}
 }
 
 func TestDeterministic(t *testing.T) {

@@ -311,6 +311,9 @@ func (p *plan) walk(dir *inode) error {
 			}
 		}
 	}
+	if p.owner.opts.ConsumeTree {
+		n.Children = nil // the entries live on in dx.children
+	}
 	return nil
 }
 
