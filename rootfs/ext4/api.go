@@ -1,6 +1,7 @@
 package ext4
 
 import (
+	"math"
 	"os"
 	"time"
 )
@@ -90,10 +91,10 @@ type Node struct {
 	// setuid, setgid and sticky.
 	Mode     uint32
 	UID, GID uint32
-	Atime    time.Time
-	Mtime    time.Time
-	Ctime    time.Time
-	Crtime   time.Time
+	// Atime, Mtime, Ctime and Crtime are in nanoseconds since the Unix
+	// epoch (see Nanos): an int64 is a third of a time.Time, and a tree
+	// holds one Node per file.
+	Atime, Mtime, Ctime, Crtime int64
 	// Size is the byte length of a regular file's content (Data may hold
 	// fewer blocks when the file has holes).
 	Size int64
@@ -110,6 +111,26 @@ type Node struct {
 	// and NUL, at most 255 bytes). "." and ".." are implied.
 	Children map[string]*Node
 }
+
+// Nanos returns t in the unit of Node's times: nanoseconds since the Unix
+// epoch, 0 for the zero Time, clamped to the years 1678 to 2262 that an
+// int64 holds.
+func Nanos(t time.Time) int64 {
+	switch {
+	case t.IsZero():
+		return 0
+	case t.Before(minNanos):
+		return math.MinInt64
+	case t.After(maxNanos):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+var (
+	minNanos = time.Unix(0, math.MinInt64)
+	maxNanos = time.Unix(0, math.MaxInt64)
+)
 
 // Stats describes the image Finish produced.
 type Stats struct {

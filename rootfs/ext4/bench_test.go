@@ -122,7 +122,7 @@ func benchTree(w *Writer) *Node {
 			var data Data
 			runs, _ := w.alloc.alloc(1)
 			data.addRun(0, runs[0].start, 1)
-			sub.Children[fmt.Sprintf("file-%03d.so", f)] = &Node{Mode: ModeRegular | 0o644, Size: 1000, Data: data, Mtime: testTime}
+			sub.Children[fmt.Sprintf("file-%03d.so", f)] = &Node{Mode: ModeRegular | 0o644, Size: 1000, Data: data, Mtime: Nanos(testTime)}
 		}
 		root.Children[fmt.Sprintf("dir-%04d", d)] = sub
 	}

@@ -127,7 +127,7 @@ func TestSparse5GiB(t *testing.T) {
 	if d.Blocks() != 6 {
 		t.Fatalf("sparse file uses %d blocks, want 6", d.Blocks())
 	}
-	n := &Node{Mode: ModeRegular | 0o644, Size: size, Data: d, Mtime: testTime}
+	n := &Node{Mode: ModeRegular | 0o644, Size: size, Data: d, Mtime: Nanos(testTime)}
 	st := im.finish(dir(map[string]*Node{"sparse": n}))
 	if st.Size > 64<<20 {
 		t.Errorf("image of a sparse file is %d bytes", st.Size)

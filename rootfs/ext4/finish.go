@@ -102,7 +102,7 @@ func (f *finisher) check(i int) error {
 func (f *finisher) prepare() error {
 	o := f.opts
 	if o.JournalBlocks > 0 {
-		t := o.Time
+		t := Nanos(o.Time)
 		f.journal = &inode{
 			node:  &Node{Mode: ModeRegular | 0o600, Size: int64(o.JournalBlocks) * BlockSize, Atime: t, Mtime: t, Ctime: t, Crtime: t},
 			ino:   journalIno,

@@ -65,7 +65,7 @@ func (im *image) file(mode uint32, content []byte) *Node {
 		im.t.Fatalf("WriteData: %v", err)
 	}
 	return &Node{Mode: ModeRegular | mode, Size: int64(len(content)), Data: d,
-		Atime: testTime, Mtime: testTime, Ctime: testTime, Crtime: testTime}
+		Atime: Nanos(testTime), Mtime: Nanos(testTime), Ctime: Nanos(testTime), Crtime: Nanos(testTime)}
 }
 
 func (im *image) finish(root *Node) Stats {
@@ -85,7 +85,7 @@ func (im *image) finish(root *Node) Stats {
 }
 
 func dir(children map[string]*Node) *Node {
-	return &Node{Mode: ModeDir | 0o755, Children: children, Atime: testTime, Mtime: testTime, Ctime: testTime, Crtime: testTime}
+	return &Node{Mode: ModeDir | 0o755, Children: children, Atime: Nanos(testTime), Mtime: Nanos(testTime), Ctime: Nanos(testTime), Crtime: Nanos(testTime)}
 }
 
 // debugfs runs one debugfs request against the image.

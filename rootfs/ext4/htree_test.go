@@ -37,7 +37,7 @@ func TestDirHashMatchesE2fsprogs(t *testing.T) {
 func bigDir(n int, name func(i int) string) *Node {
 	d := dir(map[string]*Node{})
 	for i := 0; i < n; i++ {
-		d.Children[name(i)] = &Node{Mode: ModeRegular | 0o644, Mtime: testTime}
+		d.Children[name(i)] = &Node{Mode: ModeRegular | 0o644, Mtime: Nanos(testTime)}
 	}
 	return d
 }

@@ -11,12 +11,11 @@ const (
 	extraIsize       = 32
 )
 
-// encodeTime splits t into the 32-bit seconds field and the extra field
-// (two epoch bits, then nanoseconds), as ext4_encode_extra_time does.
-func encodeTime(t time.Time) (uint32, uint32) {
-	if t.IsZero() {
-		return 0, 0
-	}
+// encodeTime splits ns (Unix nanoseconds) into the 32-bit seconds field
+// and the extra field (two epoch bits, then nanoseconds), as
+// ext4_encode_extra_time does.
+func encodeTime(ns int64) (uint32, uint32) {
+	t := time.Unix(0, ns)
 	sec := t.Unix()
 	nsec := uint32(t.Nanosecond())
 	epoch := uint32(uint64(sec-int64(int32(sec)))>>32) & 3
@@ -76,7 +75,7 @@ func encodeInode(b []byte, in *inode, fsSeed uint32) {
 		le.PutUint16(b[0x76:], uint16(xb.block>>32))
 	}
 
-	putTime := func(lo, extra int, t time.Time) {
+	putTime := func(lo, extra int, t int64) {
 		s, x := encodeTime(t)
 		le.PutUint32(b[lo:], s)
 		le.PutUint32(b[extra:], x)

@@ -47,7 +47,7 @@ func richTree(im *image) *tree {
 		return n
 	}
 	node := func(mode uint32) *Node {
-		return &Node{Mode: mode, Atime: testTime, Mtime: testTime, Ctime: testTime, Crtime: testTime}
+		return &Node{Mode: mode, Atime: Nanos(testTime), Mtime: Nanos(testTime), Ctime: Nanos(testTime), Crtime: Nanos(testTime)}
 	}
 	holey := append(append(append(randBytes(1, 4096), make([]byte, 8192)...), randBytes(2, 4096)...), make([]byte, 100)...)
 
@@ -133,9 +133,9 @@ func richTree(im *image) *tree {
 	cur.Children = map[string]*Node{"bottom": file(0o644, []byte("deep"))}
 
 	future := file(0o644, []byte("2040"))
-	future.Mtime = time.Date(2040, 2, 3, 4, 5, 6, 987654321, time.UTC)
+	future.Mtime = Nanos(time.Date(2040, 2, 3, 4, 5, 6, 987654321, time.UTC))
 	past := file(0o644, []byte("1960"))
-	past.Mtime = time.Date(1960, 1, 1, 0, 0, 0, 5, time.UTC)
+	past.Mtime = Nanos(time.Date(1960, 1, 1, 0, 0, 0, 5, time.UTC))
 	times := dir(map[string]*Node{"future": future, "past": past})
 
 	tr.root = dir(map[string]*Node{
@@ -244,11 +244,11 @@ func verifyMount(t *testing.T, mnt string, tr *tree) {
 		if st.Uid != n.UID || st.Gid != n.GID {
 			t.Errorf("%q: owner %d:%d, want %d:%d", path, st.Uid, st.Gid, n.UID, n.GID)
 		}
-		if got := time.Unix(st.Mtim.Sec, st.Mtim.Nsec); !got.Equal(n.Mtime) {
-			t.Errorf("%q: mtime %v, want %v", path, got, n.Mtime)
+		if got := time.Unix(st.Mtim.Sec, st.Mtim.Nsec); got.UnixNano() != n.Mtime {
+			t.Errorf("%q: mtime %v, want %v", path, got, time.Unix(0, n.Mtime))
 		}
-		if got := time.Unix(st.Ctim.Sec, st.Ctim.Nsec); !n.Ctime.IsZero() && !got.Equal(n.Ctime) {
-			t.Errorf("%q: ctime %v, want %v", path, got, n.Ctime)
+		if got := time.Unix(st.Ctim.Sec, st.Ctim.Nsec); n.Ctime != 0 && got.UnixNano() != n.Ctime {
+			t.Errorf("%q: ctime %v, want %v", path, got, time.Unix(0, n.Ctime))
 		}
 		verifyXattrs(t, path, n)
 		switch n.Mode & ModeTypeMask {

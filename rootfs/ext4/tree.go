@@ -205,7 +205,7 @@ func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
 
 	lpf := root.Children[lostFound]
 	if lpf == nil {
-		t := opts.Time
+		t := Nanos(opts.Time)
 		lpf = &Node{Mode: ModeDir | 0o700, Atime: t, Mtime: t, Ctime: t, Crtime: t}
 	}
 	if lpf.Mode&ModeTypeMask == ModeDir {

@@ -357,6 +357,6 @@ func setMeta(n *ext4.Node, m meta) {
 		n.Mode = ext4.ModeSymlink | 0o777
 	}
 	n.UID, n.GID = m.uid, m.gid
-	n.Atime, n.Mtime, n.Ctime, n.Crtime = m.atime, m.mtime, m.ctime, m.mtime
+	n.Atime, n.Mtime, n.Ctime, n.Crtime = ext4.Nanos(m.atime), ext4.Nanos(m.mtime), ext4.Nanos(m.ctime), ext4.Nanos(m.mtime)
 	n.Xattrs = m.xattrs
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
@@ -36,7 +37,7 @@ func TestTimes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := []any{n.Atime.UTC(), n.Mtime.UTC(), n.Ctime.UTC(), n.Crtime.UTC()}
+		got := []any{time.Unix(0, n.Atime).UTC(), time.Unix(0, n.Mtime).UTC(), time.Unix(0, n.Ctime).UTC(), time.Unix(0, n.Crtime).UTC()}
 		want := []any{tc.atime, tc.mtime, tc.ctime, tc.crtim}
 		for i, name := range []string{"atime", "mtime", "ctime", "crtime"} {
 			if got[i] != want[i] {

@@ -261,10 +261,10 @@ func newDirNode(perm, uid, gid uint32, t time.Time) *ext4.Node {
 		Mode:     ext4.ModeDir | perm,
 		UID:      uid,
 		GID:      gid,
-		Atime:    t,
-		Mtime:    t,
-		Ctime:    t,
-		Crtime:   t,
+		Atime:    ext4.Nanos(t),
+		Mtime:    ext4.Nanos(t),
+		Ctime:    ext4.Nanos(t),
+		Crtime:   ext4.Nanos(t),
 		Children: make(map[string]*ext4.Node),
 	}
 }

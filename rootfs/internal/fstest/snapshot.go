@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
@@ -21,7 +22,7 @@ func SnapshotTree(root *ext4.Node, open func(ext4.Data, int64) io.Reader) (image
 			Perm:  n.Mode & 0o7777,
 			UID:   n.UID,
 			GID:   n.GID,
-			Mtime: n.Mtime.UTC(),
+			Mtime: nodeTime(n.Mtime),
 		}
 		for _, x := range n.Xattrs {
 			if x.Name == "security.selinux" {
@@ -90,4 +91,12 @@ func SnapshotTree(root *ext4.Node, open func(ext4.Data, int64) io.Reader) (image
 		s.SetGroup(ps)
 	}
 	return s, nil
+}
+
+// nodeTime turns a Node time back into a time.Time, 0 into the zero Time.
+func nodeTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
 }
