@@ -41,6 +41,8 @@ type Builder struct {
 	// chunks are the layers' read-ahead buffers, reused across layers
 	// and builds.
 	chunks *layercodec.ChunkPool
+	// pacer paces the collector while builds hold large trees.
+	pacer *memoryPacer
 }
 
 // NewBuilder opens the layer cache; Close releases it.
@@ -52,7 +54,7 @@ func NewBuilder(opts Options) (*Builder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Builder{opts: opts, puller: p, chunks: new(layercodec.ChunkPool)}, nil
+	return &Builder{opts: opts, puller: p, chunks: new(layercodec.ChunkPool), pacer: systemPacer()}, nil
 }
 
 // Close stops the layer cache's background work and releases it.
@@ -168,8 +170,10 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		return nil, fmt.Errorf("start ext4 image: %w", err)
 	}
 	store := &guardedStore{Writer: w, dir: string(b.opts.Store), limits: b.opts.Limits}
+	paced := b.pacer.start()
+	defer paced.done()
 	tree := flatten.New(store, flatten.Options{RootTime: stamp, Limits: flatten.Limits{
-		MaxEntries: b.opts.Limits.MaxEntries, MaxMemory: b.opts.Limits.MaxTreeMemory}})
+		MaxEntries: b.opts.Limits.MaxEntries, MaxMemory: b.opts.Limits.MaxTreeMemory}, Grow: paced.grow})
 	n := layers.Len()
 	next := startLayer(ctx, layers, 0, readAheadCurrent, b.chunks)
 	defer func() {
@@ -214,7 +218,9 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	if err := store.checkFree(0); err != nil {
 		return nil, fmt.Errorf("write ext4 metadata: %w", err)
 	}
+	paced.grow(tree.Memory())
 	stats, err := w.Finish(ctx, tree.Root())
+	paced.done() // the tree and the plan are garbage now
 	if err != nil {
 		return nil, fmt.Errorf("write ext4 metadata: %w", err)
 	}

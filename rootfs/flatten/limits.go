@@ -69,6 +69,10 @@ const (
 // fails once it passes the limit.
 func (t *Tree) charge(cost int64) error {
 	t.memory += cost
+	if t.opts.Grow != nil && t.memory >= t.grown+GrowStep {
+		t.grown = t.memory
+		t.opts.Grow(t.memory)
+	}
 	if max := t.opts.Limits.MaxMemory; max > 0 && t.memory > max {
 		return &LimitError{Limit: LimitMemory, Max: max, What: fmt.Sprintf("the image's file tree (about %d bytes of memory)", t.memory)}
 	}

@@ -41,7 +41,15 @@ type Options struct {
 	RootTime time.Time
 	// Limits bound what layers may make the tree hold.
 	Limits Limits
+	// Grow, when set, is called with Memory each time the estimate has
+	// grown by another GrowStep since the last call, on the goroutine
+	// changing the tree.
+	Grow func(memory int64)
 }
+
+// GrowStep is how much the memory estimate grows between two calls of
+// Options.Grow.
+const GrowStep = 8 << 20
 
 // Tree is the flattened filesystem: a tree of ext4 inodes built layer by
 // layer. Regular-file content lives in the DataStore.
@@ -60,8 +68,9 @@ type Tree struct {
 	// applied: entries for Limits.MaxEntries, both for the tests' Stats.
 	entries   int64
 	whiteouts int64
-	// memory is the estimated memory of the content, for Limits.MaxMemory.
-	memory int64
+	// memory is the estimated memory of the content, for Limits.MaxMemory;
+	// grown is its value at the last call of Options.Grow.
+	memory, grown int64
 }
 
 // edge names one directory entry.

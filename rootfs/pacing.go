@@ -1,0 +1,105 @@
+package rootfs
+
+import (
+	"runtime/debug"
+	"sync"
+)
+
+// Pacing of the Go collector for builds of large trees.
+const (
+	// paceFloor is the tree estimate (flatten's, garbage collector's
+	// slack included) the builds in flight must hold together before the
+	// pacer sets a memory limit: below it the default pacing costs little.
+	paceFloor = 64 << 20
+	// paceBase is what the limit leaves for everything but the trees:
+	// the agent itself, plus paceBuild per build in flight (read-ahead
+	// chunks, the writer's buffers).
+	paceBase  = 32 << 20
+	paceBuild = 32 << 20
+	// paceShare is the share of the trees' estimate the limit allows.
+	// The estimate counts the collector's default slack (the heap grows
+	// to about twice what the last collection found live); a million-file
+	// build peaks at 340-360 bytes of live heap an entry against an
+	// estimate of about 700.
+	paceShare = 0.5
+)
+
+// memoryPacer paces the Go collector to the trees of the builds in
+// flight. With the default GOGC the heap grows to about twice what was live
+// at the last collection before the next one runs, so a large tree cost
+// twice its size in resident memory. While the builds' tree estimates
+// together pass paceFloor, the pacer sets the runtime's soft memory limit
+// (debug.SetMemoryLimit: process-wide, hence one pacer per Builder and
+// builds adding up in it) to paceBase, plus paceBuild a build, plus
+// paceShare of their estimates; never above the limit in force when the
+// Builder was made (GOMEMLIMIT, or none), which it restores once no build
+// needs a lower one. A limit under the live heap costs collector CPU, which
+// the runtime caps at about half, never a failed allocation.
+type memoryPacer struct {
+	mu      sync.Mutex
+	ceiling int64
+	set     func(int64) int64 // debug.SetMemoryLimit
+	builds  map[*pacedBuild]int64
+	current int64 // the limit last set
+}
+
+// pacedBuild is one build's share of a memoryPacer.
+type pacedBuild struct{ p *memoryPacer }
+
+func newMemoryPacer(set func(int64) int64) *memoryPacer {
+	c := set(-1)
+	return &memoryPacer{ceiling: c, set: set, builds: make(map[*pacedBuild]int64), current: c}
+}
+
+// systemPacer paces the Go runtime itself.
+func systemPacer() *memoryPacer { return newMemoryPacer(debug.SetMemoryLimit) }
+
+// start registers a build holding an empty tree.
+func (p *memoryPacer) start() *pacedBuild {
+	b := &pacedBuild{p: p}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.builds[b] = 0
+	p.apply()
+	return b
+}
+
+// grow records the build's tree estimate.
+func (b *pacedBuild) grow(estimate int64) {
+	p := b.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.builds[b]; !ok {
+		return
+	}
+	p.builds[b] = estimate
+	p.apply()
+}
+
+// done removes the build; it is safe to call more than once.
+func (b *pacedBuild) done() {
+	p := b.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.builds, b)
+	p.apply()
+}
+
+// apply sets the limit the builds in flight call for; p.mu is held.
+func (p *memoryPacer) apply() {
+	var sum int64
+	for _, e := range p.builds {
+		sum += e
+	}
+	limit := p.ceiling
+	if sum >= paceFloor {
+		want := float64(paceBase) + float64(paceBuild)*float64(len(p.builds)) + paceShare*float64(sum)
+		if want < float64(limit) {
+			limit = int64(want)
+		}
+	}
+	if limit != p.current {
+		p.set(limit)
+		p.current = limit
+	}
+}

@@ -1,0 +1,69 @@
+package rootfs
+
+import (
+	"math"
+	"testing"
+)
+
+// TestMemoryPacer follows the limit through two overlapping builds.
+func TestMemoryPacer(t *testing.T) {
+	const ceiling = 4 << 30
+	limit := int64(ceiling)
+	var calls int
+	p := newMemoryPacer(func(l int64) int64 {
+		old := limit
+		if l >= 0 {
+			limit = l
+			calls++
+		}
+		return old
+	})
+	share := func(sum float64) int64 { return int64(paceBase + paceShare*sum) }
+	check := func(step string, want int64) {
+		t.Helper()
+		if limit != want {
+			t.Errorf("%s: limit %d, want %d", step, limit, want)
+		}
+	}
+	a := p.start()
+	a.grow(paceFloor - 1)
+	check("small tree", ceiling)
+	if calls != 0 {
+		t.Errorf("small tree: %d calls of SetMemoryLimit, want 0", calls)
+	}
+	a.grow(1 << 30)
+	check("large tree", share(1<<30)+paceBuild)
+	b := p.start()
+	b.grow(1 << 30)
+	check("two large trees", share(2<<30)+2*paceBuild)
+	b.grow(8 << 30)
+	check("trees above the ceiling", ceiling)
+	b.done()
+	b.done()
+	b.grow(8 << 30) // after done: ignored
+	check("one build done", share(1<<30)+paceBuild)
+	a.done()
+	check("all done", ceiling)
+}
+
+// TestMemoryPacerNoLimit checks that the default (no GOMEMLIMIT) is what
+// the pacer restores.
+func TestMemoryPacerNoLimit(t *testing.T) {
+	limit := int64(math.MaxInt64)
+	p := newMemoryPacer(func(l int64) int64 {
+		old := limit
+		if l >= 0 {
+			limit = l
+		}
+		return old
+	})
+	a := p.start()
+	a.grow(1 << 30)
+	if limit == math.MaxInt64 {
+		t.Fatalf("large tree: no limit set")
+	}
+	a.done()
+	if limit != math.MaxInt64 {
+		t.Errorf("all done: limit %d, want none (%d)", limit, int64(math.MaxInt64))
+	}
+}
