@@ -85,12 +85,17 @@ type Data struct {
 func (d Data) Blocks() uint64 { return d.blocks }
 
 // Node is one inode of the tree handed to Writer.Finish. A Node reached from
-// several directories is one inode with several hard links.
+// several directories is one inode with several hard links. A tree is
+// handed to one Finish at a time.
 type Node struct {
 	// Mode holds the type bits (Mode*) and the permission bits including
 	// setuid, setgid and sticky.
 	Mode     uint32
 	UID, GID uint32
+	// planned is the inode number Finish gave the node while it numbers
+	// the tree, 0 otherwise: it finds hard links without a map of every
+	// node, and fits in padding.
+	planned uint32
 	// Atime, Mtime, Ctime and Crtime are in nanoseconds since the Unix
 	// epoch (see Nanos): an int64 is a third of a time.Time, and a tree
 	// holds one Node per file.

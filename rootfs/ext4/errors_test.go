@@ -59,11 +59,33 @@ func TestFinishRejectsInvalidNodes(t *testing.T) {
 			if want := strings.Trim(fmtQ(c.path), `"`); !strings.Contains(err.Error(), want) {
 				t.Errorf("Finish error %q does not name %q", err, want)
 			}
+			checkUnplanned(t, c.root)
 			if _, err := im.w.Finish(context.Background(), dir(nil)); !errors.Is(err, ErrFinished) {
 				t.Errorf("second Finish: %v, want ErrFinished", err)
 			}
 		})
 	}
+}
+
+// checkUnplanned fails when a node of the tree under n still carries the
+// inode number a Finish gave it.
+func checkUnplanned(t *testing.T, n *Node) {
+	t.Helper()
+	seen := map[*Node]bool{}
+	var walk func(p string, n *Node)
+	walk = func(p string, n *Node) {
+		if n == nil || seen[n] {
+			return
+		}
+		seen[n] = true
+		if n.planned != 0 {
+			t.Errorf("%s: still planned as inode %d after Finish", p, n.planned)
+		}
+		for name, c := range n.Children {
+			walk(p+"/"+name, c)
+		}
+	}
+	walk("", n)
 }
 
 func fmtQ(s string) string { return strings.ReplaceAll(s, "\x00", `\x00`) }

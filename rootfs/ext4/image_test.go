@@ -158,6 +158,7 @@ func TestConsumeTree(t *testing.T) {
 	if kept.Children == nil {
 		t.Errorf("Finish without ConsumeTree emptied the root")
 	}
+	checkUnplanned(t, kept)
 	if consumed.Children != nil {
 		t.Errorf("Finish with ConsumeTree left the root's %d entries", len(consumed.Children))
 	}

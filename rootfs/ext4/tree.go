@@ -110,8 +110,7 @@ type plan struct {
 	// owner is the Writer laying the tree out; file Data must be its own.
 	owner  *Writer
 	inodes []*inode // index ino-1; reserved slots are nil
-	byNode map[*Node]*inode
-	slab   []inode // records handed out by newInode
+	slab   []inode  // records handed out by newInode
 	steps  int
 }
 
@@ -197,11 +196,19 @@ func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
 	if err := checkNode(root, w); err != "" {
 		return nil, invalid("/", "%s", err)
 	}
-	p := &plan{ctx: ctx, owner: w, byNode: make(map[*Node]*inode), inodes: make([]*inode, firstIno-1)}
+	p := &plan{ctx: ctx, owner: w, inodes: make([]*inode, firstIno-1)}
+	defer func() {
+		// Node.planned is only valid while the tree is numbered.
+		for _, in := range p.inodes {
+			if in != nil {
+				in.node.planned = 0
+			}
+		}
+	}()
 	ri := p.newInode()
 	*ri = inode{node: root, ino: rootIno, ftype: ftDir, x: &inodeExtra{parent: rootIno}}
 	p.inodes[rootIno-1] = ri
-	p.byNode[root] = ri
+	root.planned = rootIno
 
 	lpf := root.Children[lostFound]
 	if lpf == nil {
@@ -212,7 +219,7 @@ func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
 		li := p.newInode()
 		*li = inode{node: lpf, ino: firstIno, up: ri, name: lostFound, ftype: ftDir, x: &inodeExtra{parent: rootIno}}
 		p.inodes = append(p.inodes, li)
-		p.byNode[lpf] = li
+		lpf.planned = firstIno
 		if root.Children[lostFound] == nil {
 			// Created here: linked from the root below.
 			ri.x.children = append(ri.x.children, dirent{name: lostFound, ino: firstIno, ftype: ftDir})
@@ -242,7 +249,6 @@ func buildPlan(ctx context.Context, root *Node, w *Writer) (*plan, error) {
 			return nil, invalid(in.path(), "%d hard links, more than %d", in.links, maxLinks)
 		}
 	}
-	p.byNode = nil // only the walk needs it
 	return p, nil
 }
 
@@ -277,7 +283,10 @@ func (p *plan) walk(dir *inode) error {
 		if child == nil {
 			return invalid(pathOf(name), "nil node")
 		}
-		ci := p.byNode[child]
+		var ci *inode
+		if child.planned != 0 {
+			ci = p.inodes[child.planned-1]
+		}
 		switch {
 		case ci == nil:
 			if err := checkNode(child, p.owner); err != "" {
@@ -292,7 +301,7 @@ func (p *plan) walk(dir *inode) error {
 				return invalid(pathOf(name), "too many inodes")
 			}
 			p.inodes = append(p.inodes, ci)
-			p.byNode[child] = ci
+			child.planned = ci.ino
 		case ci.ino == firstIno && ci.links == 0 && dir.ino == rootIno && name == lostFound:
 			// The tree's own lost+found, numbered in advance.
 			if err := checkNode(child, p.owner); err != "" {
