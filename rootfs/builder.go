@@ -152,8 +152,10 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 	return art, nil
 }
 
-// write produces the image in f: layers, injections, metadata, hash.
-func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.Layers, progress ProgressFunc) (*Artifact, error) {
+// write produces the image in f: layers, injections, metadata, hash. On
+// an error no write to f is in flight when it returns, so the caller's
+// Discard gives the space back at once.
+func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.Layers, progress ProgressFunc) (art *Artifact, err error) {
 	img := spec.Image
 	stamp := img.Created
 	if stamp.IsZero() {
@@ -169,6 +171,11 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	if err != nil {
 		return nil, fmt.Errorf("start ext4 image: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			w.Abort()
+		}
+	}()
 	store := &guardedStore{Writer: w, dir: string(b.opts.Store), limits: b.opts.Limits}
 	paced := b.pacer.start()
 	defer paced.done()
@@ -204,7 +211,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 			return nil, fmt.Errorf("inject envd: %w", err)
 		}
 	}
-	art := &Artifact{ID: spec.ArtifactID, Path: b.opts.Store.ArtifactPath(spec.ArtifactID)}
+	art = &Artifact{ID: spec.ArtifactID, Path: b.opts.Store.ArtifactPath(spec.ArtifactID)}
 	if spec.CA != nil {
 		res, err := inject.BakeCA(ctx, tree, spec.CA, stamp)
 		if err != nil {

@@ -121,6 +121,21 @@ func (q *writeQueue) wait() error {
 	return q.err
 }
 
+// abort makes the queue skip the jobs not written yet (they fail with
+// err), waits for the one in progress and for the writeback hints: after
+// it nothing uses the file.
+func (q *writeQueue) abort(err error) {
+	q.mu.Lock()
+	if q.err == nil {
+		q.err = err
+	}
+	for q.running {
+		q.cond.Wait()
+	}
+	q.mu.Unlock()
+	q.wb.stop()
+}
+
 // failed returns the first write error so far.
 func (q *writeQueue) failed() error {
 	q.mu.Lock()

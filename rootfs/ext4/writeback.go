@@ -33,6 +33,8 @@ type writeback struct {
 	mu      sync.Mutex
 	pending []span
 	running bool
+	// idle is signalled when run exits; made by the first stop that waits.
+	idle *sync.Cond
 }
 
 func newWriteback(f *os.File) *writeback {
@@ -40,6 +42,21 @@ func newWriteback(f *os.File) *writeback {
 	return &writeback{sync: func(s span) {
 		_ = unix.SyncFileRange(fd, s.off, s.n, unix.SYNC_FILE_RANGE_WRITE)
 	}}
+}
+
+// stop drops the spans not handed over yet and waits for the one in
+// progress: after it no hint uses the file's descriptor, which may then be
+// closed (and its number reused).
+func (w *writeback) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = nil
+	for w.running {
+		if w.idle == nil {
+			w.idle = sync.NewCond(&w.mu)
+		}
+		w.idle.Wait()
+	}
 }
 
 // written records n bytes written at off. Contiguous writes are gathered
@@ -74,6 +91,9 @@ func (w *writeback) run() {
 		if len(w.pending) == 0 {
 			w.running = false
 			w.pending = nil
+			if w.idle != nil {
+				w.idle.Broadcast()
+			}
 			w.mu.Unlock()
 			return
 		}

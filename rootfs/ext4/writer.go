@@ -240,6 +240,22 @@ func (w *Writer) stage(start uint64, data []byte) error {
 	return nil
 }
 
+// errAborted fails the writes Abort skipped.
+var errAborted = errors.New("ext4 writer aborted")
+
+// Abort ends a writer whose image is abandoned (a failed build): the
+// writes still queued are skipped and the one in progress, and the
+// writeback hints, are waited for, so the file can be closed and removed
+// at once and its space is given back. The writer is not usable after.
+func (w *Writer) Abort() {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cur = nil
+	w.q.abort(errAborted)
+}
+
 // flushPending submits the current job and waits until everything queued
 // is on disk, returning the first write error. w.mu is held.
 func (w *Writer) flushPending() error {
