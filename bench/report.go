@@ -199,20 +199,16 @@ type Row struct {
 // Rows summarizes the measurements per image and pipeline, images in the
 // order they were measured.
 func (r *Report) Rows() []Row {
-	var order []string
-	groups := map[string][]Measurement{}
-	for _, m := range r.Measurements {
-		if !slices.Contains(order, m.Image) {
-			order = append(order, m.Image)
-		}
-		k := m.Image + "\x00" + m.Pipeline
-		groups[k] = append(groups[k], m)
-	}
+	order, byImage := byImage(r.Measurements)
 	var rows []Row
 	for _, img := range order {
+		groups := map[string][]Measurement{}
+		for _, m := range byImage[img] {
+			groups[m.Pipeline] = append(groups[m.Pipeline], m)
+		}
 		upstream := 0.0
 		for _, p := range pipelines {
-			ms := groups[img+"\x00"+p]
+			ms := groups[p]
 			if len(ms) == 0 {
 				continue
 			}
@@ -570,16 +566,22 @@ type scalePoint struct {
 	peakMiB float64
 }
 
-// scalePoints summarizes r.Scale per image, smallest first.
-func (r *Report) scalePoints() []scalePoint {
-	var order []string
-	by := map[string][]Measurement{}
-	for _, m := range r.Scale {
-		if !slices.Contains(order, m.Image) {
+// byImage groups measurements by image, images in the order first
+// measured.
+func byImage(ms []Measurement) (order []string, by map[string][]Measurement) {
+	by = map[string][]Measurement{}
+	for _, m := range ms {
+		if _, ok := by[m.Image]; !ok {
 			order = append(order, m.Image)
 		}
 		by[m.Image] = append(by[m.Image], m)
 	}
+	return order, by
+}
+
+// scalePoints summarizes r.Scale per image, smallest first.
+func (r *Report) scalePoints() []scalePoint {
+	order, by := byImage(r.Scale)
 	var pts []scalePoint
 	for _, img := range order {
 		ms := by[img]
