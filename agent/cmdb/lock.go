@@ -62,8 +62,9 @@ type Lock struct {
 	mu   sync.Mutex
 	conn *sql.Conn // nil while lost
 	// lost counts the losses seen, for Lost.
-	lost  int
-	stop  chan struct{}
+	lost int
+	// stop ends the keepalive, and any check it has in progress.
+	stop  context.CancelFunc
 	done  chan struct{}
 	every time.Duration
 }
@@ -78,12 +79,12 @@ func (d *DB) TryLock(ctx context.Context, name string, o LockOptions) (*Lock, bo
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	l := &Lock{d: d, name: name, opts: o, conn: conn, stop: make(chan struct{}), done: make(chan struct{}),
-		every: o.Keepalive}
+	keepCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	l := &Lock{d: d, name: name, opts: o, conn: conn, stop: stop, done: make(chan struct{}), every: o.Keepalive}
 	if idle := d.idleTimeout(ctx, conn); idle > 0 && idle/3 < l.every {
 		l.every = max(idle/3, 100*time.Millisecond)
 	}
-	go l.keepalive()
+	go l.keepalive(keepCtx)
 	return l, true, nil
 }
 
@@ -163,19 +164,13 @@ func (l *Lock) held(ctx context.Context, conn *sql.Conn) error {
 
 // keepalive checks the lock at every interval until Release; a lost lock is
 // reported and taken again when it becomes free.
-func (l *Lock) keepalive() {
+func (l *Lock) keepalive(ctx context.Context) {
 	defer close(l.done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-l.stop
-		cancel()
-	}()
 	tick := time.NewTicker(l.every)
 	defer tick.Stop()
 	for {
 		select {
-		case <-l.stop:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
@@ -224,7 +219,7 @@ func (l *Lock) Lost() int {
 // session's hold even when the release statement cannot be sent. It is
 // safe to call once.
 func (l *Lock) Release(ctx context.Context) error {
-	close(l.stop)
+	l.stop()
 	<-l.done
 	l.mu.Lock()
 	conn := l.conn
