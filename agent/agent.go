@@ -20,7 +20,6 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
-	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 	"github.com/cubesandbox/cubetemplatecenter/agent/report"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -84,19 +83,6 @@ type Options struct {
 	LiveProgress LiveProgress
 }
 
-// LiveProgress publishes jobs' pull progress where CubeMaster overlays it
-// on job polls. It must never block: *liveprogress.Publisher is one.
-type LiveProgress interface {
-	// Update records a job's latest pull progress.
-	Update(jobID string, p liveprogress.Pull)
-	// Finish sends the job's last progress and removes it.
-	Finish(jobID string)
-	// Ping checks the destination answers, for /health.
-	Ping(ctx context.Context) error
-}
-
-var _ LiveProgress = (*liveprogress.Publisher)(nil)
-
 // defaultPurgeEvery is how often finished jobs past spool.retention are
 // forgotten.
 const defaultPurgeEvery = time.Hour
@@ -139,7 +125,7 @@ func New(o Options) *Agent {
 			keepLocal: as.KeepLocal, logger: o.Logger.With("component", "blobstore"), metrics: newObjectMetrics()}
 		a.metrics.register(a.objects.metrics.collectors()...)
 	}
-	if c, ok := o.LiveProgress.(interface{ Collectors() []prometheus.Collector }); ok && o.LiveProgress != nil {
+	if c, ok := o.LiveProgress.(interface{ Collectors() []prometheus.Collector }); ok {
 		a.metrics.register(c.Collectors()...)
 	}
 	if o.Database != nil {

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
-	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 )
 
 // JobRows is what the agent needs of CubeMaster's database: the job row a
@@ -94,16 +92,4 @@ func (a *Agent) checkJobRow(ctx context.Context, b *api.Build) (int, string) {
 		return http.StatusBadRequest, "request does not match the job's stored request"
 	}
 	return 0, ""
-}
-
-// OpenLiveProgress opens the publisher of live pull progress to
-// CubeMaster's Redis as redis: names it, or returns nil when none is
-// configured. It does not connect: Redis being down never stops TC.
-func OpenLiveProgress(cfg *config.Config, logger *slog.Logger) (*liveprogress.Publisher, error) {
-	r := cfg.Redis
-	if !r.Enabled() {
-		return nil, nil
-	}
-	return liveprogress.New(liveprogress.Options{Nodes: r.Nodes, Password: r.Password.Reveal(), DB: r.DBNo},
-		logger.With("component", "liveprogress"))
 }
