@@ -762,22 +762,13 @@ func writeRatios(w io.Writer, rows []Row) {
 
 // writeFloor prints the floor's parts per image (medians).
 func (r *Report) writeFloor(w io.Writer) {
-	var order []string
-	inflate, write, total := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
-	inflaters := map[string][]string{}
-	bytes := map[string]int64{}
+	var floors []Measurement
 	for _, m := range r.Measurements {
-		if m.Pipeline != PipelineFloor {
-			continue
+		if m.Pipeline == PipelineFloor {
+			floors = append(floors, m)
 		}
-		if !slices.Contains(order, m.Image) {
-			order = append(order, m.Image)
-		}
-		inflate[m.Image] = append(inflate[m.Image], m.Inflate.Seconds())
-		write[m.Image] = append(write[m.Image], m.WriteTime.Seconds())
-		total[m.Image] = append(total[m.Image], m.Wall.Seconds())
-		inflaters[m.Image], bytes[m.Image] = m.Inflaters, m.Written
 	}
+	order, by := byImage(floors)
 	if len(order) == 0 {
 		return
 	}
@@ -786,8 +777,13 @@ func (r *Report) writeFloor(w io.Writer) {
 	fmt.Fprintln(w, "| image | inflate s | fastest inflater per layer | write MiB | write+fsync s | floor s |")
 	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|")
 	for _, img := range order {
-		fmt.Fprintf(w, "| %s | %.3f | %s | %.1f | %.3f | %.3f |\n", img, median(inflate[img]), strings.Join(inflaters[img], ", "),
-			mib(bytes[img]), median(write[img]), median(total[img]))
+		var inflate, write, total []float64
+		for _, m := range by[img] {
+			inflate, write, total = append(inflate, m.Inflate.Seconds()), append(write, m.WriteTime.Seconds()), append(total, m.Wall.Seconds())
+		}
+		last := by[img][len(by[img])-1]
+		fmt.Fprintf(w, "| %s | %.3f | %s | %.1f | %.3f | %.3f |\n", img, median(inflate), strings.Join(last.Inflaters, ", "),
+			mib(last.Written), median(write), median(total))
 	}
 	fmt.Fprintln(w)
 }
