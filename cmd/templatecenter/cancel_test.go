@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
@@ -31,18 +30,6 @@ func storeTemps(t testing.TB, dir string) []string {
 		t.Fatalf("scan %s: %v", dir, err)
 	}
 	return temps
-}
-
-// waitFor polls cond until it holds, failing after waitLimit.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within %s", what, waitLimit)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestJobsCancel: `templatecenter jobs cancel ID` asks the running agent,

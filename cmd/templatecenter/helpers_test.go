@@ -661,3 +661,29 @@ func (h *harness) waitShow(jobID string, what string, cond func(jobShow) bool) j
 
 // terminalState reports whether a spool state is final.
 func terminalState(s string) bool { return s == "built" || s == "failed" }
+
+// waitFor polls cond until it holds, failing after waitLimit.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	eventually(t, waitLimit, what, func() (bool, string) { return cond(), "" })
+}
+
+// eventually polls cond until it holds, failing after within with what
+// and cond's last word on the state.
+func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			if state != "" {
+				t.Fatalf("%s did not happen within %s: %s", what, within, state)
+			}
+			t.Fatalf("%s did not happen within %s", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -526,23 +526,6 @@ func countLines(text string, subs ...string) int {
 	return n
 }
 
-// eventually polls cond until it holds, failing after within with what
-// and cond's last word on the state.
-func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within %s: %s", what, within, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // waitingReplicas returns the replicas that logged waiting for another's
 // build lock.
 func waitingReplicas(agents []*replicaAgent) []*replicaAgent {
