@@ -67,9 +67,10 @@ func (a *Agent) deleteAnswer(log *slog.Logger, ran bool, err error) (int, string
 // and storage_backend as well as by the artifact's own key, then the local
 // directory, then hard-deletes the row. A data step that fails puts the
 // row back to CLEANUP_PENDING with last_error (500), for a retry or the
-// sweep. No row at all means a replica deleted it already: only local
-// leftovers are removed. A row in another status (READY, BUILDING) is not
-// CubeMaster's request to delete: 409, nothing touched.
+// sweep. No row at all means a replica deleted it already: whatever is
+// left of it (object, record, local copy) is removed, idempotently. A row
+// in another status (READY, BUILDING) is not CubeMaster's request to
+// delete: 409, nothing touched.
 func (a *Agent) deleteClaimed(ctx context.Context, id string) (int, string) {
 	log := a.logger.With("artifact_id", id)
 	row, claimed, err := a.db.ClaimArtifact(ctx, id)
