@@ -26,6 +26,25 @@ type dbServer interface {
 	Start(ctx context.Context) error
 }
 
+// stopServer stops a shared database server; the returned restart (also
+// run at cleanup, when not called before) brings it back.
+func stopServer(t *testing.T, srv dbServer) (restart func()) {
+	t.Helper()
+	srv.Stop()
+	started := false
+	restart = func() {
+		if started {
+			return
+		}
+		started = true
+		if err := srv.Start(context.Background()); err != nil {
+			t.Fatalf("restart database: %v", err)
+		}
+	}
+	t.Cleanup(restart)
+	return restart
+}
+
 // dbDialect opens a fresh CubeMaster database on one of the shared servers.
 type dbDialect struct {
 	name   string
@@ -151,13 +170,7 @@ func TestSubmitCheckedAgainstJobRow(t *testing.T) {
 
 			// Outage: never accepted unchecked; 503, which CubeMaster
 			// retries, and accepted once the database is back.
-			srv.Stop()
-			restarted := false
-			t.Cleanup(func() {
-				if !restarted {
-					srv.Start(context.Background())
-				}
-			})
+			restart := stopServer(t, srv)
 			code, body := h.post("/tc/api/v1/build", buildBody("job-later", "alpine:3"))
 			if code != http.StatusServiceUnavailable {
 				t.Errorf("submit with the database down = %d %v, want 503", code, body)
@@ -168,10 +181,7 @@ func TestSubmitCheckedAgainstJobRow(t *testing.T) {
 			if code, body := health(t, h); code != http.StatusServiceUnavailable || body["checks"].(map[string]any)["database"] != false {
 				t.Errorf("health with the database down = %d %v, want 503 with database false", code, body)
 			}
-			if err := srv.Start(context.Background()); err != nil {
-				t.Fatalf("restart database: %v", err)
-			}
-			restarted = true
+			restart()
 			h.submit("job-later", "alpine:3")
 			if cb := h.terminal("job-later"); cb.Field("status") != "BUILT" {
 				t.Errorf("job-later ended %v, want BUILT", cb.Body)

@@ -432,25 +432,6 @@ func TestBuildWithoutLockWhenDatabaseDown(t *testing.T) {
 	}
 }
 
-// stopServer stops a shared database server; the returned restart (also
-// run at cleanup, when not called before) brings it back.
-func stopServer(t *testing.T, srv dbServer) (restart func()) {
-	t.Helper()
-	srv.Stop()
-	started := false
-	restart = func() {
-		if started {
-			return
-		}
-		started = true
-		if err := srv.Start(context.Background()); err != nil {
-			t.Fatalf("restart database: %v", err)
-		}
-	}
-	t.Cleanup(restart)
-	return restart
-}
-
 // TestOrphanedLocalCopyRemoved: when another replica answered the delete,
 // the builder's local copy has no row any more; its reconcile pass removes
 // it, but never one whose BUILT report CubeMaster has not received.
