@@ -128,15 +128,6 @@ func (rs *replicaSet) artifactRows() map[string]string {
 	return out
 }
 
-// exec runs a statement on the seed connection, ? placeholders on MySQL
-// and $n on PostgreSQL written by the caller.
-func (rs *replicaSet) exec(q string, args ...any) {
-	rs.t.Helper()
-	if _, err := rs.seed.Exec(q, args...); err != nil {
-		rs.t.Fatalf("%s: %v", q, err)
-	}
-}
-
 // waitFor polls cond until it holds or 20 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -347,12 +338,12 @@ func TestSweepDeletesStaleCleanups(t *testing.T) {
 				ids = append(ids, builder.terminal(id).Field("artifact_id"))
 			}
 			builder.stop()
-			mark := "UPDATE t_cube_rootfs_artifact SET status = 'CLEANUP_PENDING' WHERE artifact_id = ?"
-			if dl.driver == cmdb.DriverPostgres {
-				mark = strings.Replace(mark, "?", "$1", 1)
+			for _, id := range ids[:2] {
+				if err := builder.master.Exec(context.Background(),
+					"UPDATE t_cube_rootfs_artifact SET status = 'CLEANUP_PENDING' WHERE artifact_id = ?", id); err != nil {
+					t.Fatal(err)
+				}
 			}
-			rs.exec(mark, ids[0])
-			rs.exec(mark, ids[1])
 			if err := builder.master.AgeArtifact(context.Background(), ids[0], 6*time.Minute); err != nil {
 				t.Fatal(err)
 			}
