@@ -86,7 +86,10 @@ func (d Data) Blocks() uint64 { return d.blocks }
 
 // Node is one inode of the tree handed to Writer.Finish. A Node reached from
 // several directories is one inode with several hard links. A tree is
-// handed to one Finish at a time.
+// handed to one Finish at a time. The symlink target, device numbers and
+// xattrs, which most nodes lack, are set and read through methods; a copy
+// of a Node (*m = *n) shares them with n, so setting one on either changes
+// both.
 type Node struct {
 	// Mode holds the type bits (Mode*) and the permission bits including
 	// setuid, setgid and sticky.
@@ -105,16 +108,135 @@ type Node struct {
 	Size int64
 	// Data is the content of a regular file, written by WriteData.
 	Data Data
-	// LinkTarget is the target of a symlink, stored as given.
-	LinkTarget []byte
-	// DevMajor and DevMinor are the device numbers of block and character
-	// device nodes.
-	DevMajor, DevMinor uint32
-	// Xattrs are stored in the inode where they fit, else in one xattr block.
-	Xattrs []Xattr
+	// extra holds the symlink target, device numbers and xattrs, nil while
+	// the node has none of them: most nodes (regular files, directories)
+	// have none, and keeping them out of Node makes it 112 bytes instead
+	// of 160, an allocator size class.
+	extra *nodeExtra
 	// Children are the entries of a directory by name (any bytes but "/"
 	// and NUL, at most 255 bytes). "." and ".." are implied.
 	Children map[string]*Node
+}
+
+// nodeExtra is the part of a Node that few nodes need.
+type nodeExtra struct {
+	// linkTarget is the target of a symlink, stored as given.
+	linkTarget []byte
+	// devMajor and devMinor are the device numbers of block and character
+	// device nodes.
+	devMajor, devMinor uint32
+	// xattrs are stored in the inode where they fit, else in one xattr
+	// block.
+	xattrs []Xattr
+}
+
+// extraAlloc is what the allocator gives a nodeExtra: its 56 bytes round
+// up to the 64-byte size class.
+const extraAlloc = 64
+
+// NewSymlink returns a symlink node (mode 0777) pointing to target.
+func NewSymlink(target []byte) *Node {
+	n := &Node{Mode: ModeSymlink | 0o777}
+	n.SetLinkTarget(target)
+	return n
+}
+
+// NewDevice returns a device node of mode (ModeChar or ModeBlock and the
+// permission bits) with the device numbers major and minor.
+func NewDevice(mode, major, minor uint32) *Node {
+	n := &Node{Mode: mode}
+	n.SetDevice(major, minor)
+	return n
+}
+
+// LinkTarget returns the target of a symlink, nil if none is set.
+func (n *Node) LinkTarget() []byte {
+	if n.extra == nil {
+		return nil
+	}
+	return n.extra.linkTarget
+}
+
+// SetLinkTarget sets the target of a symlink, stored as given.
+func (n *Node) SetLinkTarget(target []byte) {
+	if len(target) == 0 {
+		if n.extra != nil {
+			n.extra.linkTarget = nil
+			n.dropEmptyExtra()
+		}
+		return
+	}
+	n.ensureExtra().linkTarget = target
+}
+
+// Device returns the device numbers of a block or character device node,
+// 0, 0 if none are set.
+func (n *Node) Device() (major, minor uint32) {
+	if n.extra == nil {
+		return 0, 0
+	}
+	return n.extra.devMajor, n.extra.devMinor
+}
+
+// SetDevice sets the device numbers of a block or character device node.
+func (n *Node) SetDevice(major, minor uint32) {
+	if major == 0 && minor == 0 {
+		if n.extra != nil {
+			n.extra.devMajor, n.extra.devMinor = 0, 0
+			n.dropEmptyExtra()
+		}
+		return
+	}
+	x := n.ensureExtra()
+	x.devMajor, x.devMinor = major, minor
+}
+
+// Xattrs returns the extended attributes of the node, nil if it has none.
+func (n *Node) Xattrs() []Xattr {
+	if n.extra == nil {
+		return nil
+	}
+	return n.extra.xattrs
+}
+
+// SetXattrs sets the extended attributes, stored in the inode where they
+// fit, else in one xattr block.
+func (n *Node) SetXattrs(xs []Xattr) {
+	if len(xs) == 0 {
+		if n.extra != nil {
+			n.extra.xattrs = nil
+			n.dropEmptyExtra()
+		}
+		return
+	}
+	n.ensureExtra().xattrs = xs
+}
+
+// ExtraMemory returns the bytes n allocates beside its Node for a link
+// target, device numbers or xattrs, their contents not included: 0 for a
+// node that has none of them.
+func (n *Node) ExtraMemory() int64 {
+	if n.extra == nil {
+		return 0
+	}
+	return extraAlloc
+}
+
+// ensureExtra returns n.extra, allocating it if n has none.
+func (n *Node) ensureExtra() *nodeExtra {
+	if n.extra == nil {
+		n.extra = new(nodeExtra)
+	}
+	return n.extra
+}
+
+// dropEmptyExtra frees n.extra once it holds nothing, so that nodes
+// without extras never keep the allocation.
+func (n *Node) dropEmptyExtra() {
+	x := n.extra
+	if len(x.linkTarget) == 0 && x.devMajor == 0 && x.devMinor == 0 && len(x.xattrs) == 0 {
+		n.extra = nil
+	}
 }
 
 // Nanos returns t in the unit of Node's times: nanoseconds since the Unix

@@ -18,7 +18,7 @@ func TestFinishRejectsInvalidNodes(t *testing.T) {
 	reg := func() *Node { return &Node{Mode: ModeRegular | 0o644} }
 	withX := func(name string, v []byte) *Node {
 		n := reg()
-		n.Xattrs = []Xattr{{Name: name, Value: v}}
+		n.SetXattrs([]Xattr{{Name: name, Value: v}})
 		return n
 	}
 	shared := dir(nil)
@@ -40,12 +40,12 @@ func TestFinishRejectsInvalidNodes(t *testing.T) {
 		{"XattrTooBig", dir(map[string]*Node{"f": withX("user.big", make([]byte, 5000))}), "/f"},
 		{"BadTypeBits", dir(map[string]*Node{"f": {Mode: 0o170644}}), "/f"},
 		{"NoTypeBits", dir(map[string]*Node{"f": {Mode: 0o644}}), "/f"},
-		{"SymlinkTooLong", dir(map[string]*Node{"l": {Mode: ModeSymlink | 0o777, LinkTarget: bytes.Repeat([]byte("a"), 4096)}}), "/l"},
+		{"SymlinkTooLong", dir(map[string]*Node{"l": NewSymlink(bytes.Repeat([]byte("a"), 4096))}), "/l"},
 		{"EmptySymlink", dir(map[string]*Node{"l": {Mode: ModeSymlink | 0o777}}), "/l"},
 		{"DirectoryHardLink", dir(map[string]*Node{"a": shared, "b": dir(map[string]*Node{"c": shared})}), "/b/c"},
 		{"ChildrenOnFile", dir(map[string]*Node{"f": {Mode: ModeRegular, Children: map[string]*Node{"x": reg()}}}), "/f"},
 		{"NilChild", dir(map[string]*Node{"n": nil}), "/n"},
-		{"DeviceOutOfRange", dir(map[string]*Node{"d": {Mode: ModeChar | 0o600, DevMajor: 5000}}), "/d"},
+		{"DeviceOutOfRange", dir(map[string]*Node{"d": NewDevice(ModeChar|0o600, 5000, 0)}), "/d"},
 		{"RootNotDir", reg(), "/"},
 		{"ForeignData", dir(map[string]*Node{"f": {Mode: ModeRegular | 0o644, Size: 1, Data: foreign}}), "/f"},
 	}

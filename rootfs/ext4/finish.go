@@ -138,8 +138,8 @@ func (f *finisher) prepare() error {
 				f.dataUsed += uint64(e.length)
 			}
 		}
-		if len(n.Xattrs) > 0 {
-			es, err := parseXattrs(in.path(), n.Xattrs)
+		if xs := n.Xattrs(); len(xs) > 0 {
+			es, err := parseXattrs(in.path(), xs)
 			if err != nil {
 				return fmt.Errorf("plan tree: %w", err)
 			}
@@ -277,7 +277,7 @@ func (f *finisher) place(groups uint64, ipg uint32) error {
 				return fmt.Errorf("place directory %q: %w", in.path(), err)
 			}
 			in.x.ext = runsToExtents(runs)
-		case in.ftype == ftSymlink && len(in.node.LinkTarget) >= fastSymlink:
+		case in.ftype == ftSymlink && len(in.node.LinkTarget()) >= fastSymlink:
 			runs, err := take(1)
 			if err != nil {
 				return fmt.Errorf("place symlink %q: %w", in.path(), err)
@@ -380,7 +380,7 @@ func (f *finisher) write() error {
 			}
 		case in.ftype == ftSymlink && in.x != nil && len(in.x.ext) > 0:
 			b := make([]byte, BlockSize)
-			copy(b, in.node.LinkTarget)
+			copy(b, in.node.LinkTarget())
 			if err := s.put(in.x.ext[0].physical, b); err != nil {
 				return err
 			}

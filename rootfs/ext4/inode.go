@@ -48,15 +48,16 @@ func encodeInode(b []byte, in *inode, fsSeed uint32) {
 		}
 		putIBlock(b[0x28:0x64], in)
 	case ftSymlink:
-		size = uint64(len(n.LinkTarget))
-		if len(n.LinkTarget) < fastSymlink {
-			copy(b[0x28:0x64], n.LinkTarget)
+		target := n.LinkTarget()
+		size = uint64(len(target))
+		if len(target) < fastSymlink {
+			copy(b[0x28:0x64], target)
 		} else {
 			flags = inodeExtentsFl
 			putIBlock(b[0x28:0x64], in)
 		}
 	case ftChar, ftBlock:
-		maj, mnr := n.DevMajor, n.DevMinor
+		maj, mnr := n.Device()
 		if maj < 256 && mnr < 256 {
 			le.PutUint32(b[0x28:], maj<<8|mnr)
 		} else {

@@ -74,7 +74,7 @@ func richTree(im *image) *tree {
 	})
 	symlink := func(target string) *Node {
 		n := node(ModeSymlink | 0o777)
-		n.LinkTarget = []byte(target)
+		n.SetLinkTarget([]byte(target))
 		return n
 	}
 	links := dir(map[string]*Node{
@@ -86,7 +86,7 @@ func richTree(im *image) *tree {
 	})
 	dev := func(mode, maj, mnr uint32) *Node {
 		n := node(mode)
-		n.DevMajor, n.DevMinor = maj, mnr
+		n.SetDevice(maj, mnr)
 		return n
 	}
 	devs := dir(map[string]*Node{
@@ -101,20 +101,20 @@ func richTree(im *image) *tree {
 	hard := dir(map[string]*Node{"a": shared, "b": shared, "c": shared, "l1": sharedLink, "l2": sharedLink})
 
 	caps := file(0o755, []byte("#!/bin/true\n"))
-	caps.Xattrs = []Xattr{{Name: "security.capability", Value: capV2}}
+	caps.SetXattrs([]Xattr{{Name: "security.capability", Value: capV2}})
 	user := file(0o644, []byte("user"))
-	user.Xattrs = []Xattr{{Name: "user.b", Value: []byte("second")}, {Name: "user.a", Value: []byte("first")}, {Name: "trusted.t", Value: []byte{0, 1, 2}}, {Name: "user.empty", Value: nil}}
+	user.SetXattrs([]Xattr{{Name: "user.b", Value: []byte("second")}, {Name: "user.a", Value: []byte("first")}, {Name: "trusted.t", Value: []byte{0, 1, 2}}, {Name: "user.empty", Value: nil}})
 	aclDir := dir(nil)
 	acl := genericACL([3]uint32{aclUserObj, 7, undefinedID}, [3]uint32{aclUser, 5, 1000}, [3]uint32{aclGroupObj, 5, undefinedID},
 		[3]uint32{aclGroup, 4, 2000}, [3]uint32{aclMask, 5, undefinedID}, [3]uint32{aclOther, 4, undefinedID})
-	aclDir.Xattrs = []Xattr{{Name: "system.posix_acl_access", Value: acl}, {Name: "system.posix_acl_default", Value: acl}}
+	aclDir.SetXattrs([]Xattr{{Name: "system.posix_acl_access", Value: acl}, {Name: "system.posix_acl_default", Value: acl}})
 	bigVal := bytes.Repeat([]byte("0123456789abcdef"), 125)
 	big := file(0o644, []byte("big xattr"))
-	big.Xattrs = []Xattr{{Name: "user.big", Value: bigVal}, {Name: "user.small", Value: []byte("s")}, {Name: "security.selinux", Value: []byte("system_u:object_r:bin_t:s0\x00")}}
+	big.SetXattrs([]Xattr{{Name: "user.big", Value: bigVal}, {Name: "user.small", Value: []byte("s")}, {Name: "security.selinux", Value: []byte("system_u:object_r:bin_t:s0\x00")}})
 	sh1 := file(0o644, []byte("shared 1"))
 	sh2 := file(0o644, []byte("shared 2"))
-	sh1.Xattrs = []Xattr{{Name: "user.big", Value: bigVal}}
-	sh2.Xattrs = []Xattr{{Name: "user.big", Value: bigVal}}
+	sh1.SetXattrs([]Xattr{{Name: "user.big", Value: bigVal}})
+	sh2.SetXattrs([]Xattr{{Name: "user.big", Value: bigVal}})
 	xattrs := dir(map[string]*Node{"caps": caps, "user": user, "acl-dir": aclDir, "big": big, "shared1": sh1, "shared2": sh2})
 
 	names := dir(map[string]*Node{
@@ -265,14 +265,14 @@ func verifyMount(t *testing.T, mnt string, tr *tree) {
 			}
 		case ModeSymlink:
 			got, err := os.Readlink(path)
-			if err != nil || got != string(n.LinkTarget) {
-				t.Errorf("readlink %q = %q, %v; want %q", path, got, err, n.LinkTarget)
+			if err != nil || got != string(n.LinkTarget()) {
+				t.Errorf("readlink %q = %q, %v; want %q", path, got, err, n.LinkTarget())
 			}
 		case ModeChar, ModeBlock:
 			maj := uint32((st.Rdev>>8)&0xfff | (st.Rdev>>32)&^0xfff)
 			mnr := uint32(st.Rdev&0xff | (st.Rdev>>12)&^0xff)
-			if maj != n.DevMajor || mnr != n.DevMinor {
-				t.Errorf("%q: device %d:%d, want %d:%d", path, maj, mnr, n.DevMajor, n.DevMinor)
+			if wmaj, wmnr := n.Device(); maj != wmaj || mnr != wmnr {
+				t.Errorf("%q: device %d:%d, want %d:%d", path, maj, mnr, wmaj, wmnr)
 			}
 		case ModeDir:
 			ents, err := os.ReadDir(path)
@@ -347,7 +347,7 @@ func verifyXattrs(t *testing.T, path string, n *Node) {
 	buf := make([]byte, 64<<10)
 	sz, err := syscall.Listxattr(path, buf)
 	if err != nil {
-		if n.Mode&ModeTypeMask == ModeSymlink && len(n.Xattrs) == 0 {
+		if n.Mode&ModeTypeMask == ModeSymlink && len(n.Xattrs()) == 0 {
 			return
 		}
 		t.Errorf("listxattr %q: %v", path, err)
@@ -360,7 +360,7 @@ func verifyXattrs(t *testing.T, path string, n *Node) {
 		}
 	}
 	var want []string
-	for _, x := range n.Xattrs {
+	for _, x := range n.Xattrs() {
 		want = append(want, x.Name)
 	}
 	slices.Sort(got)
@@ -369,7 +369,7 @@ func verifyXattrs(t *testing.T, path string, n *Node) {
 		t.Errorf("listxattr %q: %q, want %q", path, got, want)
 		return
 	}
-	for _, x := range n.Xattrs {
+	for _, x := range n.Xattrs() {
 		vs, err := syscall.Getxattr(path, x.Name, buf)
 		if err != nil {
 			t.Errorf("getxattr %q %s: %v", path, x.Name, err)

@@ -345,7 +345,8 @@ func checkNode(n *Node, owner *Writer) string {
 	if n.Data.owner != nil && n.Data.owner != owner {
 		return "data was not written by this writer"
 	}
-	if ft != ftSymlink && len(n.LinkTarget) != 0 {
+	target := n.LinkTarget()
+	if ft != ftSymlink && len(target) != 0 {
 		return "non-symlink has a link target"
 	}
 	switch ft {
@@ -363,21 +364,21 @@ func checkNode(n *Node, owner *Writer) string {
 			return fmt.Sprintf("size %d exceeds the ext4 limit", n.Size)
 		}
 	case ftSymlink:
-		if len(n.LinkTarget) == 0 {
+		if len(target) == 0 {
 			return "empty symlink target"
 		}
-		if len(n.LinkTarget) > maxSymlink {
-			return fmt.Sprintf("symlink target is %d bytes, more than %d", len(n.LinkTarget), maxSymlink)
+		if len(target) > maxSymlink {
+			return fmt.Sprintf("symlink target is %d bytes, more than %d", len(target), maxSymlink)
 		}
-		if bytes.IndexByte(n.LinkTarget, 0) >= 0 {
+		if bytes.IndexByte(target, 0) >= 0 {
 			return "symlink target contains NUL"
 		}
 	case ftChar, ftBlock:
-		if n.DevMajor >= 1<<12 || n.DevMinor >= 1<<20 {
-			return fmt.Sprintf("device number %d:%d out of range", n.DevMajor, n.DevMinor)
+		if major, minor := n.Device(); major >= 1<<12 || minor >= 1<<20 {
+			return fmt.Sprintf("device number %d:%d out of range", major, minor)
 		}
 	}
-	if ft != ftChar && ft != ftBlock && (n.DevMajor != 0 || n.DevMinor != 0) {
+	if major, minor := n.Device(); ft != ftChar && ft != ftBlock && (major != 0 || minor != 0) {
 		return "device numbers on a non-device"
 	}
 	return ""

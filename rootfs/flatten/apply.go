@@ -189,15 +189,16 @@ func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar
 		if len(hdr.Linkname) > maxLinkTarget {
 			return fail(fmt.Sprintf("symlink target longer than %d bytes", maxLinkTarget), nil)
 		}
-		n = &ext4.Node{Mode: ext4.ModeSymlink, LinkTarget: []byte(hdr.Linkname)}
+		n = ext4.NewSymlink([]byte(hdr.Linkname))
 	case tar.TypeChar, tar.TypeBlock:
 		if hdr.Devmajor < 0 || hdr.Devmajor > math.MaxUint32 || hdr.Devminor < 0 || hdr.Devminor > math.MaxUint32 {
 			return fail("device number out of range", nil)
 		}
-		n = &ext4.Node{Mode: ext4.ModeChar, DevMajor: uint32(hdr.Devmajor), DevMinor: uint32(hdr.Devminor)}
+		mode := uint32(ext4.ModeChar)
 		if hdr.Typeflag == tar.TypeBlock {
-			n.Mode = ext4.ModeBlock
+			mode = ext4.ModeBlock
 		}
+		n = ext4.NewDevice(mode, uint32(hdr.Devmajor), uint32(hdr.Devminor))
 	case tar.TypeFifo:
 		n = &ext4.Node{Mode: ext4.ModeFIFO}
 	default:
@@ -358,5 +359,5 @@ func setMeta(n *ext4.Node, m meta) {
 	}
 	n.UID, n.GID = m.uid, m.gid
 	n.Atime, n.Mtime, n.Ctime, n.Crtime = ext4.Nanos(m.atime), ext4.Nanos(m.mtime), ext4.Nanos(m.ctime), ext4.Nanos(m.mtime)
-	n.Xattrs = m.xattrs
+	n.SetXattrs(m.xattrs)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fstest"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
@@ -105,6 +106,36 @@ func TestMemoryIsReturned(t *testing.T) {
 	}
 	if got := tree.Memory(); got != empty {
 		t.Errorf("after deleting everything the estimate is %d, want %d", got, empty)
+	}
+}
+
+// TestMemoryCountsExtras checks that a node with a link target, device
+// numbers or xattrs is charged the allocation holding them, and gives it
+// back once a later layer clears them.
+func TestMemoryCountsExtras(t *testing.T) {
+	extra := ext4.NewSymlink([]byte("x")).ExtraMemory()
+	if extra <= 0 {
+		t.Fatalf("ExtraMemory of a symlink = %d, want more than 0", extra)
+	}
+	memory := func(layers ...imagetest.Layer) int64 {
+		t.Helper()
+		tree := flatten.New(fstest.NewMemStore(), flatten.Options{})
+		flattenLayers(t, tree, layers, images.Uncompressed)
+		return tree.Memory()
+	}
+	plain := memory(imagetest.Layer{imagetest.Dir("d/"), imagetest.File("d/e", "")})
+	if got, want := memory(imagetest.Layer{imagetest.Dir("d/"), imagetest.Symlink("d/e", "target")}), plain+extra+int64(len("target")); got != want {
+		t.Errorf("symlink: estimate %d, want %d (a file's %d, the extras' %d and the target's 6)", got, want, plain, extra)
+	}
+	if got, want := memory(imagetest.Layer{imagetest.Dir("d/"), imagetest.Char("d/e", 1, 3)}), plain+extra; got != want {
+		t.Errorf("device: estimate %d, want %d (a file's %d and the extras' %d)", got, want, plain, extra)
+	}
+	withX := imagetest.Layer{imagetest.Dir("d/").Xattr("user.a", "b"), imagetest.File("d/e", "")}
+	if got, min := memory(withX), plain+extra+int64(len("user.a")+len("b")); got < min {
+		t.Errorf("xattr: estimate %d, want at least %d", got, min)
+	}
+	if got := memory(withX, imagetest.Layer{imagetest.Dir("d/")}); got != plain {
+		t.Errorf("xattr cleared by a later layer: estimate %d, want %d", got, plain)
 	}
 }
 

@@ -203,7 +203,7 @@ func (t *Tree) resolve(p string, mkdir bool, mtime time.Time) (*walker, error) {
 			if hops > MaxSymlinkHops {
 				return w, ErrLoop
 			}
-			target := string(child.LinkTarget)
+			target := string(child.LinkTarget())
 			if target == "" {
 				return w, fmt.Errorf("%s/%s: empty symlink: %w", w.path(), c.name, fs.ErrNotExist)
 			}

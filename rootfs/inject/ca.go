@@ -157,7 +157,7 @@ func BakeCA(ctx context.Context, t *flatten.Tree, ca *CA, mtime time.Time) (CARe
 			content = append(content, '\n')
 		}
 		content = append(content, ca.PEM...)
-		attr := flatten.FileAttr{Mode: n.Mode & 0o7777, UID: n.UID, GID: n.GID, Mtime: mtime, Xattrs: n.Xattrs}
+		attr := flatten.FileAttr{Mode: n.Mode & 0o7777, UID: n.UID, GID: n.GID, Mtime: mtime, Xattrs: n.Xattrs()}
 		if err := t.WriteFile(ctx, real, bytes.NewReader(content), int64(len(content)), attr); err != nil {
 			return res, fmt.Errorf("bake CA: %s: %w", b, err)
 		}

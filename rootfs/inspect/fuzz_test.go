@@ -54,8 +54,8 @@ func writerImage(tb testing.TB, journal uint32) fuzzImage {
 	}
 	etc := &ext4.Node{Mode: ext4.ModeDir | 0o755, Children: map[string]*ext4.Node{
 		"motd":  {Mode: ext4.ModeRegular | 0o644, UID: 1000, GID: 1000, Size: int64(len(body)), Data: d},
-		"link":  {Mode: ext4.ModeSymlink | 0o777, LinkTarget: []byte("motd")},
-		"null":  {Mode: ext4.ModeChar | 0o666, DevMajor: 1, DevMinor: 3},
+		"link":  ext4.NewSymlink([]byte("motd")),
+		"null":  ext4.NewDevice(ext4.ModeChar|0o666, 1, 3),
 		"fifo":  {Mode: ext4.ModeFIFO | 0o600},
 		"empty": {Mode: ext4.ModeRegular | 0o600},
 	}}

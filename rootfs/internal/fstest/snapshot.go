@@ -24,7 +24,7 @@ func SnapshotTree(root *ext4.Node, open func(ext4.Data, int64) io.Reader) (image
 			GID:   n.GID,
 			Mtime: nodeTime(n.Mtime),
 		}
-		for _, x := range n.Xattrs {
+		for _, x := range n.Xattrs() {
 			if x.Name == "security.selinux" {
 				continue
 			}
@@ -54,15 +54,15 @@ func SnapshotTree(root *ext4.Node, open func(ext4.Data, int64) io.Reader) (image
 			}
 		case ext4.ModeSymlink:
 			info.Type = "symlink"
-			info.Target = string(n.LinkTarget)
+			info.Target = string(n.LinkTarget())
 		case ext4.ModeFIFO:
 			info.Type = "fifo"
 		case ext4.ModeChar:
 			info.Type = "char"
-			info.DevMajor, info.DevMinor = n.DevMajor, n.DevMinor
+			info.DevMajor, info.DevMinor = n.Device()
 		case ext4.ModeBlock:
 			info.Type = "block"
-			info.DevMajor, info.DevMinor = n.DevMajor, n.DevMinor
+			info.DevMajor, info.DevMinor = n.Device()
 		case ext4.ModeSocket:
 			info.Type = "socket"
 		default:
