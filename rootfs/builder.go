@@ -273,7 +273,7 @@ type startedLayer struct {
 	ready chan struct{}
 	blob  io.ReadCloser
 	tar   io.ReadCloser
-	ahead io.ReadCloser
+	ahead *layercodec.ReadAheadReader
 	err   error
 }
 
@@ -306,6 +306,9 @@ func (l *startedLayer) apply(ctx context.Context, tree *flatten.Tree) error {
 	if l.err != nil {
 		return l.err
 	}
+	// Applied now: a short lead is enough, the rest of its buffers serve
+	// the next layer's.
+	l.ahead.Shrink(readAheadCurrent)
 	// ApplyLayer's errors already name the layer and entry.
 	return tree.ApplyLayer(ctx, l.i, l.ahead)
 }

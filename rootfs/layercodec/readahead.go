@@ -4,6 +4,9 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // Read-ahead geometry: chunks of readAheadChunk bytes, at most
@@ -22,47 +25,120 @@ func ReadAhead(r io.Reader) io.ReadCloser {
 	return ReadAheadSize(r, readAheadDepth*readAheadChunk, nil)
 }
 
-// ChunkPool keeps read-ahead buffers between ReadAheadSize readers, so
-// readers that follow one another (the layers of a build, the builds of
-// a node) reuse memory instead of leaving it to the garbage collector:
-// without it, a build of many layers grew its peak RSS with each layer.
-// The zero value is ready; it is safe for concurrent use.
-type ChunkPool struct{ p sync.Pool }
-
-func (c *ChunkPool) get() []byte {
-	if c != nil {
-		if b, ok := c.p.Get().(*[]byte); ok {
-			return *b
-		}
-	}
-	return make([]byte, readAheadChunk)
+// ChunkPool keeps the read-ahead buffers of ReadAheadSize readers
+// outside the Go heap, in anonymous mappings of their own, and reuses them
+// while any reader holds one. On the heap (a sync.Pool, before) the
+// buffers of two layers' leads raised the collector's goal, which is
+// twice the live heap, and each collection dropped the idle ones for the
+// next layer to allocate again. When the last buffer comes back the
+// mappings go, so an idle agent holds none. The zero value is ready; it
+// is safe for concurrent use.
+type ChunkPool struct {
+	mu   sync.Mutex
+	free [][]byte
+	out  int            // buffers handed out and not yet back
+	maps map[*byte]bool // the buffers that are mappings, by first byte
 }
 
-func (c *ChunkPool) put(b []byte) {
-	if c != nil && cap(b) == readAheadChunk {
-		b = b[:readAheadChunk]
-		c.p.Put(&b)
+func (c *ChunkPool) get() []byte {
+	if c == nil {
+		return make([]byte, readAheadChunk)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.out++
+	if n := len(c.free); n > 0 {
+		b := c.free[n-1]
+		c.free = c.free[:n-1]
+		return b
+	}
+	b, err := unix.Mmap(-1, 0, readAheadChunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		// Out of mappings: the heap serves, and put leaves it to the
+		// collector.
+		return make([]byte, readAheadChunk)
+	}
+	if c.maps == nil {
+		c.maps = make(map[*byte]bool)
+	}
+	c.maps[&b[0]] = true
+	return b
+}
+
+// put takes b back; b must not be used after. Heap buffers (from a nil
+// pool, or a failed mapping) are left to the collector.
+func (c *ChunkPool) put(b []byte) {
+	if c == nil || b == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.out--
+	if cap(b) == readAheadChunk && c.maps[&b[:1][0]] {
+		c.free = append(c.free, b[:readAheadChunk])
+	}
+	if c.out > 0 {
+		return
+	}
+	for _, f := range c.free {
+		delete(c.maps, &f[0])
+		_ = unix.Munmap(f) // fails only for a range that is not a mapping
+	}
+	c.free = nil
 }
 
 // ReadAheadSize is ReadAhead filling up to size bytes (at least one MiB)
 // ahead of the consumer. Its buffers are taken (from pool, when not nil)
 // as they are first filled, so a lead the consumer never lets it take
-// costs no memory, and go back to pool on Close.
-func ReadAheadSize(r io.Reader, size int, pool *ChunkPool) io.ReadCloser {
-	depth := max(size/readAheadChunk, 1)
-	ra := &readAhead{
+// costs no memory, and go back to pool on Close, or once used when
+// Shrink lowers the lead.
+func ReadAheadSize(r io.Reader, size int, pool *ChunkPool) *ReadAheadReader {
+	depth := leadDepth(size)
+	ra := &ReadAheadReader{
 		full: make(chan chunk, depth),
 		free: make(chan []byte, depth+1),
 		done: make(chan struct{}),
 		pool: pool,
 	}
+	ra.slots.Store(int32(depth + 1))
+	ra.keep.Store(int32(depth + 1))
 	for range depth + 1 {
 		ra.free <- nil // allocated by fill on first use
 	}
 	ra.wg.Add(1)
 	go ra.fill(r)
 	return ra
+}
+
+// leadDepth is the number of buffers a lead of size bytes fills ahead.
+func leadDepth(size int) int { return max(size/readAheadChunk, 1) }
+
+// Shrink lowers the lead to size bytes (it never grows): buffers beyond
+// it go back to the pool as the consumer uses them up, and slots not yet
+// filled are dropped. A layer read ahead far while another one is applied
+// keeps only a short lead once it is the one applied, leaving the memory
+// to the next layer's lead.
+func (ra *ReadAheadReader) Shrink(size int) {
+	n := int32(leadDepth(size) + 1)
+	for {
+		k := ra.keep.Load()
+		if n >= k || ra.keep.CompareAndSwap(k, n) {
+			return
+		}
+	}
+}
+
+// drop gives up one buffer slot if there are more than the lead keeps.
+func (ra *ReadAheadReader) drop() bool {
+	for {
+		n := ra.slots.Load()
+		if n <= ra.keep.Load() {
+			return false
+		}
+		if ra.slots.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 var errReadAheadClosed = errors.New("read ahead: closed")
@@ -72,19 +148,24 @@ type chunk struct {
 	err error
 }
 
-type readAhead struct {
-	full  chan chunk
-	free  chan []byte
-	done  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
-	pool  *ChunkPool
-	cur   []byte
-	whole []byte // the buffer cur points into, returned to free when used up
-	err   error
+// ReadAheadReader is the reader ReadAheadSize returns.
+type ReadAheadReader struct {
+	// slots counts the buffers (filled, or not yet allocated) in
+	// circulation between the goroutine and the consumer; keep is how
+	// many Shrink leaves.
+	slots, keep atomic.Int32
+	full        chan chunk
+	free        chan []byte
+	done        chan struct{}
+	wg          sync.WaitGroup
+	once        sync.Once
+	pool        *ChunkPool
+	cur         []byte
+	whole       []byte // the buffer cur points into, returned to free when used up
+	err         error
 }
 
-func (ra *readAhead) fill(r io.Reader) {
+func (ra *ReadAheadReader) fill(r io.Reader) {
 	defer ra.wg.Done()
 	for {
 		var buf []byte
@@ -94,6 +175,9 @@ func (ra *readAhead) fill(r io.Reader) {
 			return
 		}
 		if buf == nil {
+			if ra.drop() {
+				continue
+			}
 			buf = ra.pool.get()
 		}
 		n, err := io.ReadFull(r, buf)
@@ -103,6 +187,7 @@ func (ra *readAhead) fill(r io.Reader) {
 		select {
 		case ra.full <- chunk{buf[:n], err}:
 		case <-ra.done:
+			ra.pool.put(buf) // Close has nothing else to find it by
 			return
 		}
 		if err != nil {
@@ -112,7 +197,7 @@ func (ra *readAhead) fill(r io.Reader) {
 }
 
 // Read implements io.Reader.
-func (ra *readAhead) Read(p []byte) (int, error) {
+func (ra *ReadAheadReader) Read(p []byte) (int, error) {
 	select {
 	case <-ra.done:
 		return 0, errReadAheadClosed
@@ -120,7 +205,11 @@ func (ra *readAhead) Read(p []byte) (int, error) {
 	}
 	for len(ra.cur) == 0 {
 		if ra.whole != nil {
-			ra.free <- ra.whole[:cap(ra.whole)]
+			if ra.drop() {
+				ra.pool.put(ra.whole)
+			} else {
+				ra.free <- ra.whole[:cap(ra.whole)]
+			}
 			ra.whole = nil
 		}
 		if ra.err != nil {
@@ -139,7 +228,7 @@ func (ra *readAhead) Read(p []byte) (int, error) {
 }
 
 // Close implements io.Closer.
-func (ra *readAhead) Close() error {
+func (ra *ReadAheadReader) Close() error {
 	ra.once.Do(func() {
 		close(ra.done)
 		ra.wg.Wait()
