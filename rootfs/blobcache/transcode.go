@@ -29,16 +29,23 @@ const (
 // errNotGzip marks a blob the transcoder leaves as it is.
 var errNotGzip = errors.New("not gzip")
 
+// errPreempted ends a transcode that a build interrupted; the blob is
+// transcoded again from its start once builds leave the cache.
+var errPreempted = errors.New("preempted by a build")
+
 // transcoder re-encodes the cache's gzip blobs as zstd, one at a time, in the
 // background after the build that fetched them: warm builds are bound by
 // decompression, and zstd inflates two to three times faster than gzip.
 // The uncompressed stream is unchanged, so images built from either form are
 // identical. It runs on a thread of its own at the lowest CPU and I/O
 // priority, and waits while any build uses the cache (a blob pinned or
-// being acquired), before it starts a blob and between reads of it: on a
-// machine whose cores a build keeps busy even the lowest priority takes a
-// share, and a rebuild submitted right after a first build must not pay
-// for the first build's background work.
+// being acquired) before it starts a blob; a build that starts during a
+// blob ends that blob's transcode (it starts over later), so the build
+// shares neither a core nor the encoder's memory (17 MiB, which a paused
+// encode kept through the build) with it. On a machine whose cores a
+// build keeps busy even the lowest priority takes a share, and a rebuild
+// submitted right after a first build must not pay for the first build's
+// background work.
 type transcoder struct {
 	c      *Cache
 	logger *slog.Logger
@@ -145,6 +152,17 @@ func (t *transcoder) yield() error {
 	}
 }
 
+// requeue puts h back at the head of the queue, for a transcode that
+// starts over.
+func (t *transcoder) requeue(h string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.queued[h] {
+		t.queued[h] = true
+		t.queue = append([]string{h}, t.queue...)
+	}
+}
+
 func (t *transcoder) setPaused(p bool) {
 	t.mu.Lock()
 	t.paused = p
@@ -209,6 +227,9 @@ func (t *transcoder) transcode(h string) (ok, failed bool) {
 	c.mu.Unlock()
 
 	tmp, zhex, zsize, err := t.encode(h, size)
+	if errors.Is(err, errPreempted) {
+		t.requeue(h)
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -221,7 +242,7 @@ func (t *transcoder) transcode(h string) (ok, failed bool) {
 	}
 	switch {
 	case err == nil:
-	case t.ctx.Err() != nil:
+	case t.ctx.Err() != nil, errors.Is(err, errPreempted):
 		return false, false
 	case errors.Is(err, errNotGzip):
 		e.keep = true
@@ -251,6 +272,8 @@ func (t *transcoder) transcode(h string) (ok, failed bool) {
 // encode writes the zstd form of served blob h (size bytes) to a temp file in
 // the zstd directory, checking that the blob still has its digest, and
 // returns the temp file's name, digest and size.
+// A build that starts meanwhile ends it with errPreempted, whatever error
+// the interrupted read then causes.
 func (t *transcoder) encode(h string, size int64) (tmp, zhex string, zsize int64, err error) {
 	c := t.c
 	src, err := os.Open(c.path(h))
@@ -258,8 +281,14 @@ func (t *transcoder) encode(h string, size int64) (tmp, zhex string, zsize int64
 		return "", "", 0, fmt.Errorf("open blob: %w", err)
 	}
 	defer src.Close()
+	var preempted bool
+	defer func() {
+		if preempted && err != nil {
+			tmp, zhex, zsize, err = "", "", 0, errPreempted
+		}
+	}()
 	inHash := sha256.New()
-	counted := &countingReader{r: io.TeeReader(yieldingReader{fsutil.ContextReader(t.ctx, src), t}, inHash)}
+	counted := &countingReader{r: io.TeeReader(preemptedReader{fsutil.ContextReader(t.ctx, src), t, &preempted}, inHash)}
 	in := bufio.NewReaderSize(counted, copyBufSize)
 	if magic, _ := in.Peek(2); layercodec.Detect(magic) != layercodec.Gzip {
 		return "", "", 0, errNotGzip
@@ -348,17 +377,19 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// yieldingReader waits for builds to release the cache before every read,
-// so a transcode in progress pauses within one read (copyBufSize) of a
-// build starting.
-type yieldingReader struct {
-	r io.Reader
-	t *transcoder
+// preemptedReader fails with errPreempted, and sets *stopped, once a build
+// uses the cache, so a transcode in progress ends within one read
+// (copyBufSize) of a build starting.
+type preemptedReader struct {
+	r       io.Reader
+	t       *transcoder
+	stopped *bool
 }
 
-func (y yieldingReader) Read(p []byte) (int, error) {
-	if err := y.t.yield(); err != nil {
-		return 0, err
+func (y preemptedReader) Read(p []byte) (int, error) {
+	if *y.stopped || y.t.builds() != nil {
+		*y.stopped = true
+		return 0, errPreempted
 	}
 	return y.r.Read(p)
 }

@@ -272,22 +272,23 @@ func TestTranscodeWaitsForBuilds(t *testing.T) {
 	}
 }
 
-func TestTranscodePausesMidBlobForABuild(t *testing.T) {
+func TestTranscodeMidBlobGivesWayToABuild(t *testing.T) {
 	reg, img := servedImage(t, 1, 8<<20)
 	other := randomImage(t, 1, 64<<10)
 	reg2 := newOrigin(other)
 	dir := t.TempDir()
 	c := newTestCache(t, Options{Dir: dir, TranscodeZstd: true})
-	// The first look (before the blob) passes; the second (its first
-	// read) waits until the test has started a build.
+	// The first look (before the blob) and the second (its first read)
+	// pass; the third, with the encoder and its temp file open, waits
+	// until the test has started a build.
 	started, building := make(chan struct{}), make(chan struct{})
 	looks := 0
 	c.tc.builds = func() <-chan struct{} {
 		looks++
 		switch looks {
-		case 1:
+		case 1, 2:
 			return nil
-		case 2:
+		case 3:
 			close(started)
 			<-building
 		}
@@ -298,11 +299,16 @@ func TestTranscodePausesMidBlobForABuild(t *testing.T) {
 	build := fetchImage(t, c, reg2, other)
 	close(building)
 	waitPaused(t, c)
-	if forms, _ := zstdFiles(t, dir); len(forms) != 0 {
-		t.Errorf("zstd forms %v committed while a build holds the cache", forms)
+	// The interrupted transcode is abandoned, its encoder and temp file
+	// with it, rather than held through the build.
+	if forms, temps := zstdFiles(t, dir); len(forms)+len(temps) != 0 {
+		t.Errorf("zstd forms %v and temps %v kept while a build holds the cache", forms, temps)
 	}
 	if !exists(t, blobPath(dir, img.digests()[0])) {
-		t.Error("served form removed while its transcode is paused")
+		t.Error("served form removed while its transcode waits")
+	}
+	if st := c.Stats(); st.TranscodeFailures != 0 || st.TranscodePending != 1 {
+		t.Errorf("Stats() = %+v while the build runs, want the interrupted blob pending and no failure", st)
 	}
 	build.Close()
 	waitTranscodes(t, c)
@@ -312,7 +318,7 @@ func TestTranscodePausesMidBlobForABuild(t *testing.T) {
 	reg.reset()
 	ls := fetchImage(t, c, reg, img)
 	if got := openAll(t, ls, true); !bytes.Equal(got[0], img.uncompressed()[0]) {
-		t.Error("the paused and resumed transcode inflates to other bytes than the layer")
+		t.Error("the restarted transcode inflates to other bytes than the layer")
 	}
 	ls.Close()
 }
