@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
@@ -43,6 +44,8 @@ type Builder struct {
 	chunks *layercodec.ChunkPool
 	// pacer paces the collector while builds hold large trees.
 	pacer *memoryPacer
+	// returned gives memory back to the OS when the last build ends.
+	returned *memoryReturn
 }
 
 // NewBuilder opens the layer cache; Close releases it.
@@ -54,7 +57,8 @@ func NewBuilder(opts Options) (*Builder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Builder{opts: opts, puller: p, chunks: new(layercodec.ChunkPool), pacer: systemPacer()}, nil
+	return &Builder{opts: opts, puller: p, chunks: new(layercodec.ChunkPool), pacer: systemPacer(),
+		returned: &memoryReturn{release: debug.FreeOSMemory}}, nil
 }
 
 // Close stops the layer cache's background work and releases it.
@@ -110,6 +114,8 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 	if err := b.checkSpace(img); err != nil {
 		return nil, err
 	}
+	b.returned.begin()
+	defer b.returned.end()
 	// Downloads run while the first layers are applied: Open waits for the
 	// layer it needs.
 	layers, err := b.puller.Start(ctx, img.resolved, func(p oci.Progress) {

@@ -107,3 +107,34 @@ func (p *memoryPacer) apply() {
 		p.current = limit
 	}
 }
+
+// memoryReturn gives the heap's free pages back to the operating system
+// when the last build in flight ends. The runtime keeps what a build's
+// garbage freed until its background scavenger returns it over the next
+// minutes, so the next build (a rebuild submitted at once, or a job that
+// waited) started with the last one's high-water mark resident and grew
+// from there; an idle agent should not hold what its largest build used.
+type memoryReturn struct {
+	mu      sync.Mutex
+	builds  int
+	release func() // debug.FreeOSMemory, run on a goroutine of its own
+}
+
+// begin counts a build in flight.
+func (r *memoryReturn) begin() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.builds++
+}
+
+// end uncounts a build and, if it was the last, starts the release
+// without waiting for it (a full collection: milliseconds of CPU for the
+// heap of a build, off the build's path).
+func (r *memoryReturn) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.builds--
+	if r.builds == 0 {
+		go r.release()
+	}
+}

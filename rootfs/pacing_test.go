@@ -3,6 +3,7 @@ package rootfs
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 // TestMemoryPacer follows the limit through two overlapping builds.
@@ -66,4 +67,35 @@ func TestMemoryPacerNoLimit(t *testing.T) {
 	if limit != math.MaxInt64 {
 		t.Errorf("all done: limit %d, want none (%d)", limit, int64(math.MaxInt64))
 	}
+}
+
+// TestMemoryReturn checks that memory goes back once the last of
+// overlapping builds ends, and after each of builds one after another.
+func TestMemoryReturn(t *testing.T) {
+	released := make(chan struct{}, 4)
+	r := &memoryReturn{release: func() { released <- struct{}{} }}
+	pending := func(step string, want int) {
+		t.Helper()
+		if want > 0 {
+			select {
+			case <-released:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: no release", step)
+			}
+		}
+		select {
+		case <-released:
+			t.Errorf("%s: one release more than %d", step, want)
+		default:
+		}
+	}
+	r.begin()
+	r.begin()
+	r.end()
+	pending("one of two builds ended", 0)
+	r.end()
+	pending("both ended", 1)
+	r.begin()
+	r.end()
+	pending("a third build ended", 1)
 }
