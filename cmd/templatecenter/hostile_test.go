@@ -118,7 +118,9 @@ func TestHostileImagesBoundedMemory(t *testing.T) {
 			return zeros(tw, "etc/ssl/certs/ca-certificates.crt", 512<<20)
 		}), []string{"ca-certificates.crt", "limit for files read whole"}},
 		{"ManyFiles", streamed(images.Gzip, func(tw *tar.Writer) error {
-			for i := range 300_000 {
+			// Past the default 192 MiB build.max_tree_memory (about
+			// 300,000 such entries) with room to spare.
+			for i := range 400_000 {
 				if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("d%03d/f%06d", i/1000, i), Typeflag: tar.TypeReg, Mode: 0o644}); err != nil {
 					return err
 				}
