@@ -20,7 +20,9 @@ func TestAbortWaitsForWritesAndHints(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w, err := NewWriter(f, testOptions())
+	opts := testOptions()
+	opts.BufferedData = true // hints follow buffered writes only
+	w, err := NewWriter(f, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,11 @@ type Options struct {
 	// NoSync leaves flushing the finished image to the caller, who may
 	// overlap it with other work (hashing the file, say).
 	NoSync bool
+	// BufferedData writes file data through the page cache. By default
+	// it is written with direct I/O where the file system allows it (the
+	// metadata Finish writes always goes through the page cache); the
+	// image is the same either way.
+	BufferedData bool
 	// ConsumeTree lets Finish empty each directory of the tree (set its
 	// Children to nil) once its entries are planned, so the maps are freed
 	// while the metadata is rendered: on a tree of a million files they

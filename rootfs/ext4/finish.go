@@ -28,8 +28,9 @@ func (w *Writer) Finish(ctx context.Context, root *Node) (Stats, error) {
 		return Stats{}, fmt.Errorf("finish image: %w", ErrFinished)
 	}
 	w.done = true
-	// No writeback hint may outlive Finish: the caller closes the file.
-	defer w.q.wb.stop()
+	// No writeback hint or direct descriptor may outlive Finish: the
+	// caller closes the file.
+	defer w.q.release()
 	if err := w.flushPending(); err != nil {
 		return Stats{}, fmt.Errorf("finish image: %w", err)
 	}

@@ -102,7 +102,7 @@ func openWriter(f *os.File, opts Options) (*Writer, error) {
 		gdtReserve: reserve,
 		alloc:      newAllocator(maxBlocks, 1+reserve),
 		buf:        make([]byte, ioBufSize),
-		q:          newWriteQueue(f),
+		q:          newWriteQueue(f, opts.BufferedData),
 	}, nil
 }
 
