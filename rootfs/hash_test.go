@@ -10,6 +10,18 @@ import (
 	"testing"
 )
 
+// TestDirectData pins which images the Builder writes with direct I/O.
+func TestDirectData(t *testing.T) {
+	for _, c := range []struct {
+		compressed int64
+		want       bool
+	}{{0, false}, {91 << 20, false}, {directMinCompressed - 1, false}, {directMinCompressed, true}, {195 << 20, true}} {
+		if got := directData(c.compressed); got != c.want {
+			t.Errorf("directData(%d) = %v, want %v", c.compressed, got, c.want)
+		}
+	}
+}
+
 // TestFileSHA256 checks both ways of reading the file, direct and through
 // the page cache, on sizes around the read and block sizes.
 func TestFileSHA256(t *testing.T) {
@@ -32,6 +44,11 @@ func TestFileSHA256(t *testing.T) {
 		}
 		if got, err := FileSHA256(context.Background(), p); err != nil || got != want {
 			t.Errorf("%d bytes: FileSHA256 = %q, %v; want %s", size, got, err, want)
+		}
+		for _, direct := range []bool{false, true} {
+			if got, err := hashImage(context.Background(), p, direct); err != nil || got != want {
+				t.Errorf("%d bytes: hashImage(direct %v) = %q, %v; want %s", size, direct, got, err, want)
+			}
 		}
 	}
 	if _, err := FileSHA256(context.Background(), filepath.Join(dir, "missing")); err == nil {
