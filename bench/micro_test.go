@@ -224,7 +224,7 @@ func (p *phases) add(q phases) {
 func (f builderFixture) newBuilder(b *testing.B, store, cache string, zstd bool) *rootfs.Builder {
 	b.Helper()
 	bld, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(store), CAPath: f.caPath,
-		HeadroomPercent: 10, HeadroomInodes: 4096,
+		HeadroomPercent: 10, HeadroomInodes: 4096, DirectIO: true, // as the agent's default
 		Pull: rootfs.PullOptions{CacheDir: cache, Insecure: []string{f.host}, TranscodeZstd: zstd}})
 	if err != nil {
 		b.Fatal(err)

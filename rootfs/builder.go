@@ -34,6 +34,10 @@ type Options struct {
 	// the guest to write.
 	HeadroomPercent int
 	HeadroomInodes  int
+	// DirectIO writes images of directMinCompressed or more with direct
+	// I/O and hashes them with direct reads; off, every image goes
+	// through the page cache.
+	DirectIO bool
 	// Limits bound what one build may take from the host.
 	Limits Limits
 }
@@ -170,7 +174,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	if stamp.IsZero() {
 		stamp = time.Unix(0, 0)
 	}
-	direct := directData(img.CompressedSize)
+	direct := b.opts.DirectIO && directData(img.CompressedSize)
 	w, err := ext4.NewWriter(f, ext4.Options{
 		BufferedData: !direct,
 		UUID:         derive("uuid", spec.Fingerprint), HashSeed: derive("hash-seed", spec.Fingerprint),

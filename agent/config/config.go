@@ -128,6 +128,11 @@ type Build struct {
 	// background, so later builds of the same layers inflate them faster.
 	LayerCacheZstd bool `yaml:"layer_cache_zstd"`
 	DownloadJobs   int  `yaml:"download_jobs"`
+	// DirectIO writes images of 128 MiB or more compressed, and reads them
+	// back for their sha256, with direct I/O; off, every image goes
+	// through the page cache (for a store whose file system accepts
+	// O_DIRECT but serves it slowly).
+	DirectIO bool `yaml:"direct_io"`
 	// HeadroomPercent and HeadroomInodes leave room for the guest to write.
 	HeadroomPercent int `yaml:"headroom_percent"`
 	HeadroomInodes  int `yaml:"headroom_inodes"`
@@ -211,7 +216,7 @@ func Default() *Config {
 		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour},
 		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second, Timeout: 2 * time.Hour,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
-			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
+			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DirectIO: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
 			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30,
 			StallTimeout: 5 * time.Minute},
 		Registry: Registry{DenyNetworks: DefaultDenyNetworks()},
@@ -499,11 +504,11 @@ func (c *Config) RestartOnly(next *Config) []string {
 	// is opened once at start.
 	b, n := c.Build, next.Build
 	if b.CAPath != n.CAPath || b.Platform != n.Platform || b.LayerCacheQuota != n.LayerCacheQuota ||
-		b.LayerCacheZstd != n.LayerCacheZstd || b.DownloadJobs != n.DownloadJobs ||
+		b.LayerCacheZstd != n.LayerCacheZstd || b.DirectIO != n.DirectIO || b.DownloadJobs != n.DownloadJobs ||
 		b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes ||
 		b.MaxEntries != n.MaxEntries || b.MaxTreeMemory != n.MaxTreeMemory || b.MaxImageSize != n.MaxImageSize ||
 		b.StallTimeout != n.StallTimeout {
-		keys = append(keys, "build (ca_path, platform, layer_cache_*, download_jobs, headroom_*, max_entries, max_tree_memory, max_image_size, stall_timeout)")
+		keys = append(keys, "build (ca_path, platform, layer_cache_*, direct_io, download_jobs, headroom_*, max_entries, max_tree_memory, max_image_size, stall_timeout)")
 	}
 	if !reflect.DeepEqual(c.Registry, next.Registry) {
 		keys = append(keys, "registry")

@@ -20,7 +20,8 @@ func TestDefaultsAreValid(t *testing.T) {
 		t.Fatalf("defaults invalid: %v", err)
 	}
 	if c.ListenAddr() != "0.0.0.0:8090" || c.Store.Dir != "/data/CubeMaster/storage" || c.Master.Addr != "http://127.0.0.1:8089" ||
-		c.Build.MaxConcurrentBuilds != 2 || c.Build.QueueSize != 64 || c.Build.Timeout != 2*time.Hour || !strings.HasPrefix(c.Spool.Path, "/var/lib/cube-templatecenter/") {
+		c.Build.MaxConcurrentBuilds != 2 || c.Build.QueueSize != 64 || c.Build.Timeout != 2*time.Hour || !strings.HasPrefix(c.Spool.Path, "/var/lib/cube-templatecenter/") ||
+		!c.Build.DirectIO {
 		t.Errorf("unexpected defaults: %+v", c)
 	}
 }
@@ -39,6 +40,7 @@ build:
   heartbeat_interval: 15s
   timeout: 45m
   layer_cache_quota: 5GiB
+  direct_io: false
 registry:
   mirrors:
     docker.io: [mirror.local:5000]
@@ -57,7 +59,8 @@ typo_section:
 		t.Fatal(err)
 	}
 	if c.ListenAddr() != "127.0.0.1:9000" || c.Common.MaxBodyBytes != 32<<20 || c.Build.QueueSize != 10 ||
-		c.Build.HeartbeatInterval != 15*time.Second || c.Build.Timeout != 45*time.Minute || c.Build.LayerCacheQuota != 5<<30 {
+		c.Build.HeartbeatInterval != 15*time.Second || c.Build.Timeout != 45*time.Minute || c.Build.LayerCacheQuota != 5<<30 ||
+		c.Build.DirectIO {
 		t.Errorf("file values not applied: %+v %+v", c.Common, c.Build)
 	}
 	if c.Master.Addr != "http://master:8089/" || c.Master.Token != "tok" || c.Store.Dir != "/srv/store" ||
@@ -127,7 +130,7 @@ func TestRestartOnly(t *testing.T) {
 		t.Errorf("RestartOnly = %v", keys)
 	}
 	c := Default()
-	c.Build.CAPath, c.Registry.Insecure = "/other.crt", []string{"r:5000"}
+	c.Build.CAPath, c.Build.DirectIO, c.Registry.Insecure = "/other.crt", false, []string{"r:5000"}
 	if keys := a.RestartOnly(c); len(keys) != 2 || !strings.HasPrefix(keys[0], "build") || keys[1] != "registry" {
 		t.Errorf("RestartOnly for builder settings = %v", keys)
 	}

@@ -96,7 +96,7 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	}
 	defaults := config.Default().Build
 	b, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(outDir), CAPath: *caPath, Pull: pull,
-		HeadroomPercent: defaults.HeadroomPercent, HeadroomInodes: defaults.HeadroomInodes})
+		HeadroomPercent: defaults.HeadroomPercent, HeadroomInodes: defaults.HeadroomInodes, DirectIO: defaults.DirectIO})
 	if err != nil {
 		return err
 	}

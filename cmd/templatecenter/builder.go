@@ -27,6 +27,7 @@ func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error
 		CAPath:          cfg.Build.CAPath,
 		HeadroomPercent: cfg.Build.HeadroomPercent,
 		HeadroomInodes:  cfg.Build.HeadroomInodes,
+		DirectIO:        cfg.Build.DirectIO,
 		Limits:          agent.BuilderLimits(cfg),
 		Pull: rootfs.PullOptions{
 			CacheDir:        filepath.Join(cfg.Store.WorkDir, "layers"),
