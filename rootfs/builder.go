@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -253,7 +252,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	}
 	done := make(chan hashed, 1)
 	go func() {
-		sum, err := hashImage(ctx, f.Name(), direct)
+		sum, err := hashImage(ctx, f.Name(), direct, b.chunks)
 		done <- hashed{sum, err}
 	}()
 	syncErr := f.Sync()
@@ -420,98 +419,35 @@ func directData(compressed int64) bool { return compressed >= directMinCompresse
 // hashImage hashes the image at path: with direct reads when its data
 // was written directly (falling back to the page cache where they are
 // refused), else through the page cache that holds it.
-func hashImage(ctx context.Context, path string, direct bool) (string, error) {
+func hashImage(ctx context.Context, path string, direct bool, pool *layercodec.ChunkPool) (string, error) {
 	if direct {
-		if sum, ok, err := directSHA256(ctx, path); ok {
+		if sum, ok, err := directSHA256(ctx, path, pool); ok {
 			return sum, err
 		}
 	}
 	return FileSHA256(ctx, path)
 }
 
-// directSHA256 hashes path read with direct I/O, the next 4 MiB read
-// while the last are hashed: data written past the page cache would
-// otherwise be fetched through small read-ahead requests and fill the
-// cache for nothing. ok is false when the file system refuses direct
-// reads.
-func directSHA256(ctx context.Context, path string) (sum string, ok bool, err error) {
+// directSHA256 hashes path read with direct I/O, 4 MiB ahead of the hash
+// (layercodec's read-ahead, in the pool's page-aligned buffers): data
+// written past the page cache would otherwise be fetched through small
+// read-ahead requests and fill the cache for nothing. ok is false when
+// the file system refuses direct reads.
+func directSHA256(ctx context.Context, path string, pool *layercodec.ChunkPool) (sum string, ok bool, err error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", false, nil
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	type filled struct {
-		buf []byte
-		n   int
-		err error
-	}
-	// Aligned buffers for O_DIRECT, unmapped only once the reading
-	// goroutine is gone.
-	free := make(chan []byte, 2)
-	var bufs [][]byte
-	defer func() {
-		for _, b := range bufs {
-			_ = unix.Munmap(b)
-		}
-	}()
-	for range 2 {
-		b, err := unix.Mmap(-1, 0, hashBufSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-		if err != nil {
-			return "", false, nil
-		}
-		bufs = append(bufs, b)
-		free <- b
-	}
-	full := make(chan filled, 2)
-	done := make(chan struct{})
-	var reader sync.WaitGroup
-	defer reader.Wait()
-	defer close(done)
-	reader.Add(1)
-	go func() {
-		defer reader.Done()
-		var off int64
-		for {
-			var b []byte
-			select {
-			case b = <-free:
-			case <-done:
-				return
-			}
-			n, err := f.ReadAt(b, off)
-			off += int64(n)
-			select {
-			case full <- filled{b, n, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	ahead := layercodec.ReadAheadSize(fsutil.ContextReader(ctx, f), hashBufSize, pool)
+	defer ahead.Close()
 	h := sha256.New()
-	for first := true; ; first = false {
-		if err := ctx.Err(); err != nil {
-			return "", true, fmt.Errorf("hash %s: %w", path, err)
-		}
-		var c filled
-		select {
-		case c = <-full:
-		case <-ctx.Done():
-			return "", true, fmt.Errorf("hash %s: %w", path, ctx.Err())
-		}
-		if first && errors.Is(c.err, unix.EINVAL) {
-			return "", false, nil
-		}
-		h.Write(c.buf[:c.n])
-		switch {
-		case errors.Is(c.err, io.EOF):
-			return hex.EncodeToString(h.Sum(nil)), true, nil
-		case c.err != nil:
-			return "", true, fmt.Errorf("hash %s: %w", path, c.err)
-		}
-		free <- c.buf
+	switch n, err := io.Copy(h, ahead); {
+	case n == 0 && errors.Is(err, unix.EINVAL):
+		return "", false, nil
+	case err != nil:
+		return "", true, fmt.Errorf("hash %s: %w", path, err)
 	}
+	return hex.EncodeToString(h.Sum(nil)), true, nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 // TestDirectData pins which images the Builder writes with direct I/O.
@@ -26,6 +28,7 @@ func TestDirectData(t *testing.T) {
 // the page cache, on sizes around the read and block sizes.
 func TestFileSHA256(t *testing.T) {
 	dir := t.TempDir()
+	pool := new(layercodec.ChunkPool) // page-aligned buffers, as the Builder's
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, size := range []int{0, 1, 4095, 4096, hashBufSize, hashBufSize + 123, 2*hashBufSize + 4096} {
 		b := make([]byte, size)
@@ -38,7 +41,7 @@ func TestFileSHA256(t *testing.T) {
 		}
 		sum := sha256.Sum256(b)
 		want := hex.EncodeToString(sum[:])
-		direct, ok, err := directSHA256(context.Background(), p)
+		direct, ok, err := directSHA256(context.Background(), p, pool)
 		if !ok || err != nil || direct != want {
 			t.Errorf("%d bytes: direct read gives %q, %v, %v; want %s (does the test's file system refuse O_DIRECT?)", size, direct, ok, err, want)
 		}
@@ -46,7 +49,7 @@ func TestFileSHA256(t *testing.T) {
 			t.Errorf("%d bytes: FileSHA256 = %q, %v; want %s", size, got, err, want)
 		}
 		for _, direct := range []bool{false, true} {
-			if got, err := hashImage(context.Background(), p, direct); err != nil || got != want {
+			if got, err := hashImage(context.Background(), p, direct, pool); err != nil || got != want {
 				t.Errorf("%d bytes: hashImage(direct %v) = %q, %v; want %s", size, direct, got, err, want)
 			}
 		}
@@ -56,7 +59,7 @@ func TestFileSHA256(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := directSHA256(ctx, filepath.Join(dir, "f")); err == nil {
+	if _, _, err := directSHA256(ctx, filepath.Join(dir, "f"), pool); err == nil {
 		t.Error("directSHA256 with a cancelled context: no error")
 	}
 }

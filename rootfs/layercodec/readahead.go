@@ -196,11 +196,12 @@ func (ra *ReadAheadReader) fill(r io.Reader) {
 	}
 }
 
-// Read implements io.Reader.
-func (ra *ReadAheadReader) Read(p []byte) (int, error) {
+// next makes ra.cur hold the next unread bytes, recycling the buffer used
+// up, or returns the stream's error (io.EOF at its end) once none are left.
+func (ra *ReadAheadReader) next() error {
 	select {
 	case <-ra.done:
-		return 0, errReadAheadClosed
+		return errReadAheadClosed
 	default:
 	}
 	for len(ra.cur) == 0 {
@@ -213,18 +214,46 @@ func (ra *ReadAheadReader) Read(p []byte) (int, error) {
 			ra.whole = nil
 		}
 		if ra.err != nil {
-			return 0, ra.err
+			return ra.err
 		}
 		select {
 		case c := <-ra.full:
 			ra.cur, ra.whole, ra.err = c.buf, c.buf, c.err
 		case <-ra.done:
-			return 0, errReadAheadClosed
+			return errReadAheadClosed
 		}
+	}
+	return nil
+}
+
+// Read implements io.Reader.
+func (ra *ReadAheadReader) Read(p []byte) (int, error) {
+	if err := ra.next(); err != nil {
+		return 0, err
 	}
 	n := copy(p, ra.cur)
 	ra.cur = ra.cur[n:]
 	return n, nil
+}
+
+// WriteTo implements io.WriterTo: io.Copy hands w the filled buffers
+// themselves, without a copy into a buffer of its own.
+func (ra *ReadAheadReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if err := ra.next(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return total, nil
+			}
+			return total, err
+		}
+		n, err := w.Write(ra.cur)
+		total += int64(n)
+		ra.cur = ra.cur[n:]
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // Close implements io.Closer.

@@ -46,9 +46,27 @@ func TestReadAhead(t *testing.T) {
 			}
 			ra.Close()
 		}
+		// WriteTo hands over the same bytes, after a Read too, and
+		// returns the writer's error.
+		ra := layercodec.ReadAheadSize(bytes.NewReader(data), 4<<20, pool)
+		head := make([]byte, 1000)
+		if _, err := io.ReadFull(ra, head); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if n, err := ra.WriteTo(&out); err != nil || n != int64(len(data)-len(head)) || !bytes.Equal(append(head, out.Bytes()...), data) {
+			t.Errorf("Read then WriteTo: %d bytes, %v; want the rest of the %d bytes", n, err, len(data))
+		}
+		ra.Close()
+		ra = layercodec.ReadAheadSize(bytes.NewReader(data), 4<<20, pool)
+		boom := errors.New("boom")
+		if _, err := ra.WriteTo(failingWriter{boom}); !errors.Is(err, boom) {
+			t.Errorf("WriteTo a failing writer: %v, want %v", err, boom)
+		}
+		ra.Close()
 		// A lead of 8 MiB reads at most 8 MiB past the chunk in hand.
 		src := &countingReader{r: bytes.NewReader(data)}
-		ra := layercodec.ReadAheadSize(src, 8<<20, nil)
+		ra = layercodec.ReadAheadSize(src, 8<<20, nil)
 		if _, err := io.ReadFull(ra, make([]byte, 1)); err != nil {
 			t.Fatal(err)
 		}
@@ -99,3 +117,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// failingWriter fails every write with err.
+type failingWriter struct{ err error }
+
+func (f failingWriter) Write([]byte) (int, error) { return 0, f.err }
