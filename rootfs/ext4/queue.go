@@ -89,8 +89,7 @@ func (q *writeQueue) writeSeg(b []byte, off int64) error {
 		if !errors.Is(err, unix.EINVAL) {
 			return err
 		}
-		q.direct.Close()
-		q.direct = nil
+		q.closeDirect()
 	}
 	if _, err := q.f.WriteAt(b, off); err != nil {
 		return err
@@ -155,10 +154,7 @@ func (q *writeQueue) run() {
 			// Later jobs are dropped: the direct descriptor is done, and
 			// a caller that only closes the file after a failed write
 			// (no Finish or Abort) leaves nothing open on it.
-			if q.direct != nil {
-				q.direct.Close()
-				q.direct = nil
-			}
+			q.closeDirect()
 			q.mu.Lock()
 			if q.err == nil {
 				q.err = err
@@ -201,7 +197,15 @@ func (q *writeQueue) release() {
 	q.wb.stop()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.direct != nil && !q.running {
+	if !q.running {
+		q.closeDirect()
+	}
+}
+
+// closeDirect closes the direct descriptor, if open, by whoever may use
+// it: the goroutine running jobs, or anyone once none runs.
+func (q *writeQueue) closeDirect() {
+	if q.direct != nil {
 		q.direct.Close()
 		q.direct = nil
 	}
