@@ -6,7 +6,7 @@
 // + job ID, with the fields job_id, pull_total_bytes,
 // pull_downloaded_bytes, pull_total_layers, pull_completed_layers,
 // pull_speed_bps and updated_at_ms (decimal integers; updated_at_ms is
-// when the numbers were sampled, in Unix milliseconds).
+// when the hash was written, in Unix milliseconds).
 //
 // Why it is built the way it is:
 //

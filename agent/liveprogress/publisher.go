@@ -115,31 +115,28 @@ type Publisher struct {
 	pending                   prometheus.GaugeFunc
 }
 
-// sample is a value with the time it was true.
-type sample struct {
-	pull Pull
-	at   time.Time
-}
-
 // entry is what the publisher holds for one job.
 type entry struct {
 	// latest is the newest value; dirty says it is not written yet.
-	latest sample
+	latest Pull
 	dirty  bool
 	// last is when the job's hash was last sent, for the rate limit.
 	last time.Time
 	// finish asks for final (when set) to be written and the key deleted,
 	// before any later value; finishedAt bounds how long that is retried.
 	finish     bool
-	final      *sample
+	final      *Pull
 	finishedAt time.Time
 }
 
 // op is one job's share of a round trip: write, then delete.
 type op struct {
 	job   string
-	write *sample
-	del   bool
+	write *Pull
+	// at is when the round trip was made: the hash's updated_at_ms, so
+	// two values CubeMaster reads are MinInterval apart, as the writes.
+	at  time.Time
+	del bool
 	// finishedAt is carried so that a failed deletion keeps its deadline.
 	finishedAt time.Time
 	// writeCmd and delCmd are the queued commands; err is set when the
@@ -255,11 +252,10 @@ func (p *Publisher) Update(jobID string, pull Pull) {
 	if p == nil || jobID == "" {
 		return
 	}
-	now := time.Now()
 	p.mu.Lock()
 	e := p.entryLocked(jobID)
 	if e != nil {
-		e.latest, e.dirty = sample{pull: pull, at: now}, true
+		e.latest, e.dirty = pull, true
 	}
 	p.mu.Unlock()
 	if e != nil {
@@ -426,13 +422,13 @@ func (p *Publisher) due(now time.Time, closing bool) ([]*op, time.Time) {
 		}
 		switch {
 		case e.finish:
-			ops = append(ops, &op{job: job, write: e.final, del: true, finishedAt: e.finishedAt})
+			ops = append(ops, &op{job: job, write: e.final, at: now, del: true, finishedAt: e.finishedAt})
 			e.finish, e.final = false, nil
 			e.last = now
 		case closing:
 		case now.Sub(e.last) >= p.opts.MinInterval:
-			s := e.latest
-			ops = append(ops, &op{job: job, write: &s})
+			pull := e.latest
+			ops = append(ops, &op{job: job, write: &pull, at: now})
 			e.dirty, e.last = false, now
 		default:
 			later(e.last.Add(p.opts.MinInterval))
@@ -450,7 +446,7 @@ func (p *Publisher) send(ctx context.Context, ops []*op) {
 	for _, o := range ops {
 		key := Key(o.job)
 		if o.write != nil {
-			pl := o.write.pull
+			pl := o.write
 			o.writeCmd = writeScript.Eval(ctx, pipe, []string{key}, ttl,
 				"job_id", o.job,
 				"pull_total_bytes", pl.TotalBytes,
@@ -458,7 +454,7 @@ func (p *Publisher) send(ctx context.Context, ops []*op) {
 				"pull_total_layers", pl.TotalLayers,
 				"pull_completed_layers", pl.CompletedLayers,
 				"pull_speed_bps", pl.SpeedBPS,
-				"updated_at_ms", o.write.at.UnixMilli())
+				"updated_at_ms", o.at.UnixMilli())
 		}
 		if o.del {
 			o.delCmd = pipe.Del(ctx, key)

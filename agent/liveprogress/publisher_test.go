@@ -147,8 +147,8 @@ func TestWriteFieldsAndTTL(t *testing.T) {
 		}
 		before := time.Now().UnixMilli()
 		p.Update(job, pullOf(n))
-		after := time.Now().UnixMilli()
 		waitFor(t, fmt.Sprintf("write %d", i), func() bool { return fields(t, c, job)["pull_downloaded_bytes"] == strconv.FormatInt(n, 10) })
+		after := time.Now().UnixMilli() // updated_at_ms is the write's time
 		got := fields(t, c, job)
 		want := map[string]string{"job_id": job, "pull_total_bytes": "1073741824", "pull_downloaded_bytes": strconv.FormatInt(n, 10),
 			"pull_total_layers": "7", "pull_completed_layers": strconv.FormatInt(n%8, 10), "pull_speed_bps": strconv.FormatInt(1000+n, 10)}
@@ -516,7 +516,7 @@ func TestNeverBlocks(t *testing.T) {
 	p.mu.Lock()
 	e := *p.jobs["job-stuck"]
 	p.mu.Unlock()
-	if !e.finish || e.dirty || e.final == nil || e.final.pull != pullOf(1) {
+	if !e.finish || e.dirty || e.final == nil || *e.final != pullOf(1) {
 		t.Errorf("job-stuck after its write failed = %+v, want finishing with final value 1, nothing to write after", e)
 	}
 }
@@ -592,3 +592,84 @@ func TestMetricNames(t *testing.T) {
 }
 
 var _ io.Writer = testWriter{}
+
+// TestMinIntervalAsRedisSeesIt checks the default rate as CubeMaster
+// sees it: with updates far more frequent than DefaultMinInterval, two
+// writes of one job's hash (seen by MONITOR) and two updated_at_ms values
+// (seen by polling the hash) are never closer than DefaultMinInterval.
+func TestMinIntervalAsRedisSeesIt(t *testing.T) {
+	srv := servers.Redis(t)
+	c := client(t, srv)
+	id := jobID("interval")
+
+	// MONITOR over a plain connection: it streams one line per command
+	// Redis runs.
+	conn, err := net.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "AUTH %s\r\nMONITOR\r\n", srv.Password); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var writes []time.Time
+	streaming := false
+	go func() {
+		sc := bufio.NewScanner(conn)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			streaming = streaming || strings.Contains(line, `"PING"`) || strings.Contains(line, `"ping"`)
+			// A write is one script call naming the key (EVAL, or
+			// EVALSHA once the script is cached).
+			if strings.Contains(line, Key(id)) && strings.Contains(strings.ToLower(line), `"eval`) {
+				writes = append(writes, time.Now())
+			}
+			mu.Unlock()
+		}
+	}()
+	waitFor(t, "MONITOR to stream", func() bool {
+		c.Ping(context.Background())
+		mu.Lock()
+		defer mu.Unlock()
+		return streaming
+	})
+
+	p := newPublisher(t, srv, Options{})
+	var stamps []int64
+	stop := time.Now().Add(3 * time.Second)
+	for n := int64(1); time.Now().Before(stop); n++ {
+		p.Update(id, pullOf(n))
+		if v := fields(t, c, id)["updated_at_ms"]; v != "" {
+			at, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("updated_at_ms = %q", v)
+			}
+			if len(stamps) == 0 || stamps[len(stamps)-1] != at {
+				stamps = append(stamps, at)
+			}
+		}
+		time.Sleep(7 * time.Millisecond)
+	}
+	if len(stamps) < 3 {
+		t.Fatalf("saw %d distinct updated_at_ms values in 3 s, want at least 3", len(stamps))
+	}
+	for i := 1; i < len(stamps); i++ {
+		if gap := time.Duration(stamps[i]-stamps[i-1]) * time.Millisecond; gap < DefaultMinInterval {
+			t.Errorf("updated_at_ms %d follows %d after %s, want at least %s", stamps[i], stamps[i-1], gap, DefaultMinInterval)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(writes) < 3 {
+		t.Fatalf("MONITOR saw %d writes of %s in 3 s, want at least 3", len(writes), Key(id))
+	}
+	// MONITOR's lines reach this test a little after Redis ran the
+	// command, each late by its own amount: allow 50 ms of that.
+	for i := 1; i < len(writes); i++ {
+		if gap := writes[i].Sub(writes[i-1]); gap < DefaultMinInterval-50*time.Millisecond {
+			t.Errorf("write %d followed the one before after %s, want at least %s", i, gap, DefaultMinInterval)
+		}
+	}
+}
