@@ -122,7 +122,13 @@ func New(o Options) *Agent {
 	if o.Objects != nil {
 		as := o.Config.ArtifactStore
 		a.objects = &objectPublisher{store: o.Objects, prefix: as.S3.Prefix, presignTTL: as.PresignTTL,
-			keepLocal: as.KeepLocal, logger: o.Logger.With("component", "blobstore"), metrics: newObjectMetrics()}
+			keepLocal: as.KeepLocal, recordKey: deriveRecordKey(as.RecordSecret.Reveal()),
+			logger: o.Logger.With("component", "blobstore"), metrics: newObjectMetrics()}
+		if o.Database != nil {
+			// Other replicas upload to the same keys; none of their
+			// uploads outlives its build.timeout.
+			a.objects.abandonAfter = func() time.Duration { return a.config().Build.Timeout }
+		}
 		a.metrics.register(a.objects.metrics.collectors()...)
 	}
 	if c, ok := o.LiveProgress.(interface{ Collectors() []prometheus.Collector }); ok {

@@ -24,7 +24,7 @@ func (a *Agent) deleteArtifact(ctx context.Context, id string) (int, string) {
 	if a.db != nil {
 		return a.deleteClaimed(ctx, id)
 	}
-	ran, err := a.removeArtifactData(ctx, id)
+	ran, err := a.removeArtifactData(ctx, id, "")
 	return a.deleteAnswer(log, ran, err)
 }
 
@@ -33,9 +33,9 @@ func (a *Agent) deleteArtifact(ctx context.Context, id string) (int, string) {
 // fails nothing local is gone and a retry finds the same state; then the
 // local directory and the spool's record. ran is false when the artifact
 // is being built: nothing is deleted.
-func (a *Agent) removeArtifactData(ctx context.Context, id string, extraKeys ...string) (ran bool, err error) {
+func (a *Agent) removeArtifactData(ctx context.Context, id, rowKey string) (ran bool, err error) {
 	ran = a.exec.withArtifactIdle(id, func() {
-		if err = a.objects.remove(ctx, id, extraKeys...); err != nil {
+		if err = a.objects.remove(ctx, id, rowKey); err != nil {
 			return
 		}
 		if err = a.store.RemoveArtifact(id); err != nil {
@@ -76,7 +76,7 @@ func (a *Agent) deleteClaimed(ctx context.Context, id string) (int, string) {
 	row, claimed, err := a.db.ClaimArtifact(ctx, id)
 	switch {
 	case errors.Is(err, cmdb.ErrArtifactNotFound):
-		ran, err := a.removeArtifactData(ctx, id)
+		ran, err := a.removeArtifactData(ctx, id, "")
 		return a.deleteAnswer(log.With("row", "none"), ran, err)
 	case errors.Is(err, cmdb.ErrUnavailable):
 		log.Warn("artifact delete refused: CubeMaster's database is unavailable", "err", err)

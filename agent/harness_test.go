@@ -27,6 +27,9 @@ import (
 
 const testToken = "s3cret-token"
 
+// testRecordSecret signs artifact records; every replica of a test shares it.
+const testRecordSecret = "record-secret-of-the-test-replicas"
+
 // testBuilder is a fast, controllable builder for the agent's own logic
 // (queue, dedup, reports, recovery); the real rootfs.Builder is exercised
 // through the binary in cmd/templatecenter, test/system and bench. It
@@ -190,6 +193,7 @@ func newHarness(t *testing.T, mutate func(*config.Config)) *harness {
 	cfg.Master.RetryMax = 200 * time.Millisecond
 	cfg.Build.HeartbeatInterval = time.Hour
 	cfg.Shutdown.Timeout = 5 * time.Second
+	cfg.ArtifactStore.RecordSecret = testRecordSecret
 	if mutate != nil {
 		mutate(cfg)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
 // objectPublisher keeps the durable copy of each artifact in the blob
@@ -28,6 +28,15 @@ import (
 type objectPublisher struct {
 	store  blobstore.Store
 	prefix string
+	// recordKey signs and checks the records stored beside objects; nil
+	// means none are written or adopted (artifact_store.record_secret
+	// unset).
+	recordKey []byte
+	// abandonAfter is how old an incomplete upload of an artifact's key
+	// must be before an upload of the same key aborts it: younger ones
+	// may be another replica's, still running. Zero aborts every earlier
+	// one (TC works alone).
+	abandonAfter func() time.Duration
 	// presignTTL is how long the artifact_url of an S3 object stays valid.
 	presignTTL time.Duration
 	// keepLocal keeps the local image after a verified upload.
@@ -43,6 +52,7 @@ type objectMetrics struct {
 	failures       *prometheus.CounterVec
 	fallbacks      prometheus.Counter
 	verifiedReuses prometheus.Counter
+	badRecords     *prometheus.CounterVec
 }
 
 func newObjectMetrics() objectMetrics {
@@ -68,11 +78,15 @@ func newObjectMetrics() objectMetrics {
 			Namespace: namespace, Subsystem: "blobstore", Name: "verified_reuses_total",
 			Help: "Reused artifacts whose object was found intact in the blob store.",
 		}),
+		badRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "blobstore", Name: "records_rejected_total",
+			Help: "Artifact records found beside objects and not trusted (the artifact was built instead), by reason.",
+		}, []string{"reason"}),
 	}
 }
 
 func (m objectMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.uploadBytes, m.uploadDuration, m.failures, m.fallbacks, m.verifiedReuses}
+	return []prometheus.Collector{m.uploadBytes, m.uploadDuration, m.failures, m.fallbacks, m.verifiedReuses, m.badRecords}
 }
 
 // errObjectMissing reports an artifact with neither an intact object nor a
@@ -94,9 +108,19 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 	out := *built
 	out.StorageBackend, out.ObjectKey, out.ArtifactURL = "", "", ""
 	info, err := p.store.Stat(ctx, key)
+	if err == nil && info.Size == built.Ext4SizeBytes && info.SHA256 == built.Ext4SHA256 {
+		if _, cerr := p.checkContent(ctx, key, built.Ext4SHA256); cerr != nil {
+			log.Warn("object's content differs from what it claims, uploading it again", "err", cerr)
+			info.SHA256 = ""
+		}
+	}
 	switch {
 	case err == nil && info.Size == built.Ext4SizeBytes && info.SHA256 == built.Ext4SHA256:
 		p.metrics.verifiedReuses.Inc()
+		// The record beside it may be missing, or one no replica signed
+		// (planted): this one replaces it, so other replicas adopt the
+		// object again.
+		p.putRecord(ctx, built, info, log)
 		return p.withFields(ctx, &out, key, log)
 	case err == nil:
 		log.Warn("object differs from the artifact, uploading it again", "size", info.Size, "sha256", info.SHA256)
@@ -107,14 +131,15 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 	if _, err := os.Stat(built.Ext4Path); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("artifact %s: %w", built.ArtifactID, errObjectMissing)
 	}
-	if err := p.upload(ctx, key, built, progress); err != nil {
+	info, err = p.upload(ctx, key, built, progress)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		p.metrics.failures.WithLabelValues("upload").Inc()
 		return p.fallback(&out, log, err)
 	}
-	p.putRecord(ctx, built, log)
+	p.putRecord(ctx, built, info, log)
 	res, err := p.withFields(ctx, &out, key, log)
 	if err != nil {
 		return nil, err
@@ -127,14 +152,21 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 	return res, nil
 }
 
-// upload sends the local image to key and checks what the store holds.
-func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Built, progress func(float64)) error {
+// upload sends the local image to key and returns what the store holds,
+// checked against the image.
+func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Built, progress func(float64)) (blobstore.Info, error) {
 	began := time.Now()
 	p.logger.Info("uploading artifact", "artifact_id", built.ArtifactID, "object_key", key, "size", built.Ext4SizeBytes)
 	// What an interrupted upload of this key left (an agent killed mid
-	// multipart upload) goes first, so the bucket keeps no incomplete one.
-	if err := p.store.AbortIncomplete(ctx, key); err != nil {
-		return fmt.Errorf("abort earlier upload of %s: %w", key, err)
+	// multipart upload) goes first, so the bucket keeps no incomplete one;
+	// but only what is too old to be another replica's upload in progress.
+	// A failed upload of this one is removed by the store itself.
+	cutoff := began
+	if p.abandonAfter != nil {
+		cutoff = began.Add(-p.abandonAfter())
+	}
+	if err := p.store.AbortIncomplete(ctx, key, cutoff); err != nil {
+		return blobstore.Info{}, fmt.Errorf("abort earlier upload of %s: %w", key, err)
 	}
 	var err error
 	if p.store.Backend() == blobstore.BackendFS {
@@ -142,30 +174,27 @@ func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Bui
 	} else {
 		var f *os.File
 		if f, err = os.Open(built.Ext4Path); err != nil {
-			return fmt.Errorf("open artifact for upload: %w", err)
+			return blobstore.Info{}, fmt.Errorf("open artifact for upload: %w", err)
 		}
 		defer f.Close()
 		err = p.store.Put(ctx, key, &progressReader{r: f, total: built.Ext4SizeBytes, report: progress}, built.Ext4SizeBytes, built.Ext4SHA256)
 	}
 	if err != nil {
-		if aerr := p.store.AbortIncomplete(context.WithoutCancel(ctx), key); aerr != nil {
-			p.logger.Warn("abort failed upload", "object_key", key, "err", aerr)
-		}
-		return fmt.Errorf("upload artifact to %s: %w", key, err)
+		return blobstore.Info{}, fmt.Errorf("upload artifact to %s: %w", key, err)
 	}
 	info, err := p.store.Stat(ctx, key)
 	if err != nil {
-		return fmt.Errorf("verify uploaded artifact %s: %w", key, err)
+		return blobstore.Info{}, fmt.Errorf("verify uploaded artifact %s: %w", key, err)
 	}
 	if info.Size != built.Ext4SizeBytes || info.SHA256 != built.Ext4SHA256 {
-		return fmt.Errorf("verify uploaded artifact %s: stored %d bytes sha256 %s, want %d bytes sha256 %s",
+		return blobstore.Info{}, fmt.Errorf("verify uploaded artifact %s: stored %d bytes sha256 %s, want %d bytes sha256 %s",
 			key, info.Size, info.SHA256, built.Ext4SizeBytes, built.Ext4SHA256)
 	}
 	p.metrics.uploadBytes.Add(float64(built.Ext4SizeBytes))
 	p.metrics.uploadDuration.Observe(time.Since(began).Seconds())
 	p.logger.Info("artifact uploaded", "artifact_id", built.ArtifactID, "object_key", key, "backend", p.store.Backend(),
 		"size", built.Ext4SizeBytes, "took", time.Since(began).Round(time.Millisecond))
-	return nil
+	return info, nil
 }
 
 // withFields sets the blob fields of a verified object: backend and key,
@@ -198,28 +227,27 @@ func (p *objectPublisher) fallback(b *api.Built, log *slog.Logger, err error) (*
 	return b, nil
 }
 
-// remove deletes an artifact's object and its record, by the keys derived
-// from its id and any other key it was reported under (extraKeys, e.g. a
-// database row's object_key); a missing object is success.
-func (p *objectPublisher) remove(ctx context.Context, artifactID string, extraKeys ...string) error {
+// remove deletes an artifact's object and its record, by the key derived
+// from its id; a missing object is success. otherKey, another key the
+// artifact was reported under (a database row's object_key), is deleted
+// only when it is that same key: a row names any key it likes, and the
+// bucket (or an fs root inside the store) holds other artifacts' data.
+func (p *objectPublisher) remove(ctx context.Context, artifactID, otherKey string) error {
 	if p == nil {
 		return nil
 	}
 	key := blobstore.ArtifactKey(p.prefix, artifactID)
-	keys := []string{key}
-	for _, k := range extraKeys {
-		if k != "" && k != key {
-			keys = append(keys, k)
-		}
+	if otherKey != "" && otherKey != key {
+		p.metrics.failures.WithLabelValues("foreign_key").Inc()
+		p.logger.Warn("artifact row names an object key that is not the artifact's own; left in place",
+			"artifact_id", artifactID, "row_object_key", otherKey, "own_key", key)
 	}
-	for _, k := range keys {
-		// The object, then the record beside it: a failure between
-		// leaves a record without object, which is never adopted.
-		for _, del := range []string{k, recordKey(k)} {
-			if err := p.store.Delete(ctx, del); err != nil {
-				p.metrics.failures.WithLabelValues("delete").Inc()
-				return fmt.Errorf("delete artifact object %s: %w", del, err)
-			}
+	// The object, then the record beside it: a failure between leaves a
+	// record without object, which is never adopted.
+	for _, del := range []string{key, recordKey(key)} {
+		if err := p.store.Delete(ctx, del); err != nil {
+			p.metrics.failures.WithLabelValues("delete").Inc()
+			return fmt.Errorf("delete artifact object %s: %w", del, err)
 		}
 	}
 	return nil
@@ -234,18 +262,22 @@ func recordKey(objectKey string) string {
 	return strings.TrimSuffix(objectKey, ".ext4") + ".json"
 }
 
-// putRecord stores the artifact's BUILT fields beside its verified object,
-// so a replica that finds the object before CubeMaster registered it can
-// report the artifact without building it. A failure only costs that: it
-// is logged.
-func (p *objectPublisher) putRecord(ctx context.Context, built *api.Built, log *slog.Logger) {
+// putRecord stores the artifact's BUILT fields beside its verified object
+// (info, as Stat found it), signed, so a replica that finds the object
+// before CubeMaster registered it can report the artifact without building
+// it. Without a record key none is stored. A failure only costs that: it is
+// logged.
+func (p *objectPublisher) putRecord(ctx context.Context, built *api.Built, info blobstore.Info, log *slog.Logger) {
+	if p.recordKey == nil {
+		return
+	}
 	rec := *built
 	rec.StorageBackend, rec.ObjectKey, rec.ArtifactURL, rec.MasterNodeIP = "", "", "", ""
-	data, err := json.Marshal(rec)
+	key := blobstore.ArtifactKey(p.prefix, built.ArtifactID)
+	data, err := sealRecord(p.recordKey, key, info.ETag, rec)
 	if err == nil {
 		sum := sha256.Sum256(data)
-		key := recordKey(blobstore.ArtifactKey(p.prefix, built.ArtifactID))
-		err = p.store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
+		err = p.store.Put(ctx, recordKey(key), bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
 	}
 	if err != nil {
 		p.metrics.failures.WithLabelValues("record").Inc()
@@ -253,11 +285,22 @@ func (p *objectPublisher) putRecord(ctx context.Context, built *api.Built, log *
 	}
 }
 
+// Reasons an artifact record is not trusted, the reason label of
+// blobstore_records_rejected_total.
+const (
+	recordUnsigned  = "unsigned"
+	recordSignature = "signature"
+	recordMismatch  = "mismatch"
+)
+
 // adopt returns the artifact of fingerprint fp as another replica stored
-// it, when its object and record are both there and agree (same artifact,
-// fingerprint, size and sha256); ok is false otherwise, errors included.
+// it, when its object and record are both there, the record's signature
+// checks out and the two agree (same artifact, fingerprint, size, sha256
+// and, on S3, entity tag); ok is false otherwise, errors included. Without
+// a record key nothing is adopted: an unsigned record could come from
+// anyone who can write to the bucket.
 func (p *objectPublisher) adopt(ctx context.Context, artifactID, fp string, log *slog.Logger) (*api.Built, bool) {
-	if p == nil {
+	if p == nil || p.recordKey == nil {
 		return nil, false
 	}
 	key := blobstore.ArtifactKey(p.prefix, artifactID)
@@ -273,10 +316,18 @@ func (p *objectPublisher) adopt(ctx context.Context, artifactID, fp string, log 
 		log.Warn("artifact object has no readable record; building it", "object_key", key, "err", err)
 		return nil, false
 	}
-	var rec api.Built
-	if err := json.Unmarshal(data, &rec); err != nil || rec.ArtifactID != artifactID || rec.Fingerprint != fp ||
-		rec.Ext4SizeBytes != info.Size || rec.Ext4SHA256 != info.SHA256 || info.SHA256 == "" {
-		log.Warn("artifact record does not match its object; building it", "object_key", key, "decode_err", err)
+	rec, reason, err := openRecord(p.recordKey, key, info.ETag, data)
+	if err == nil && (rec.ArtifactID != artifactID || rec.Fingerprint != fp ||
+		rec.Ext4SizeBytes != info.Size || rec.Ext4SHA256 != info.SHA256 || info.SHA256 == "") {
+		reason, err = recordMismatch, errors.New("the record does not describe the object beside it")
+	}
+	if err == nil {
+		reason, err = p.checkContent(ctx, key, rec.Ext4SHA256)
+	}
+	if err != nil {
+		p.metrics.badRecords.WithLabelValues(reason).Inc()
+		log.Warn("artifact record beside the object is not trusted; building the artifact", "object_key", key,
+			"reason", reason, "err", err)
 		return nil, false
 	}
 	out, err := p.withFields(ctx, &rec, key, log)
@@ -285,6 +336,36 @@ func (p *objectPublisher) adopt(ctx context.Context, artifactID, fp string, log 
 	}
 	p.metrics.verifiedReuses.Inc()
 	return out, true
+}
+
+// localObjects is the ability of a blob store whose objects are files on
+// this host (fs).
+type localObjects interface {
+	// Path returns the file holding key's object.
+	Path(key string) (string, error)
+}
+
+// checkContent hashes an object that is a local file against the sha256
+// its record vouches for. On S3 the record's entity tag already ties it to
+// the content; an fs object has no such tag, and its recorded sha256 is a
+// file beside it that anyone who can replace the object can rewrite too.
+func (p *objectPublisher) checkContent(ctx context.Context, key, sha256hex string) (string, error) {
+	local, ok := p.store.(localObjects)
+	if !ok {
+		return "", nil
+	}
+	path, err := local.Path(key)
+	if err != nil {
+		return recordMismatch, err
+	}
+	sum, err := rootfs.FileSHA256(ctx, path)
+	if err != nil {
+		return recordMismatch, fmt.Errorf("hash the object: %w", err)
+	}
+	if sum != sha256hex {
+		return recordMismatch, fmt.Errorf("the object's content hashes to %s, the record says %s", sum, sha256hex)
+	}
+	return "", nil
 }
 
 // progressReader reports the share of total read so far.

@@ -80,7 +80,8 @@ func uniquePrefix(t *testing.T) string {
 
 func newPublisher(store blobstore.Store, keepLocal bool) *objectPublisher {
 	return &objectPublisher{store: store, prefix: "tc-test", presignTTL: time.Hour, keepLocal: keepLocal,
-		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newObjectMetrics()}
+		recordKey: deriveRecordKey(testRecordSecret), logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		metrics: newObjectMetrics()}
 }
 
 func TestPublishToS3(t *testing.T) {
@@ -138,7 +139,7 @@ func TestPublishToS3(t *testing.T) {
 	}
 	// Delete removes the object; deleting again is fine.
 	for range 2 {
-		if err := p.remove(ctx, built.ArtifactID); err != nil {
+		if err := p.remove(ctx, built.ArtifactID, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -346,9 +347,11 @@ func TestHeartbeatsDuringUpload(t *testing.T) {
 	}
 }
 
-// TestRemoveDeletesEveryKeyAndRecord: remove deletes the object and record
-// under the artifact's own key and under a key a row reported elsewhere.
-func TestRemoveDeletesEveryKeyAndRecord(t *testing.T) {
+// TestRemoveOnlyOwnKey: remove deletes the object and record under the
+// artifact's own key, and nothing under another key a row names, which
+// may be anything in the bucket: another artifact's object, or a file of
+// the store under an fs root that is the store.
+func TestRemoveOnlyOwnKey(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	store, err := blobstore.NewFS(root)
@@ -357,23 +360,145 @@ func TestRemoveDeletesEveryKeyAndRecord(t *testing.T) {
 	}
 	p := newPublisher(store, true)
 	id := "rfs-bbbbbbbbbbbbbbbbbbbbbbbb"
-	keys := []string{blobstore.ArtifactKey(p.prefix, id), "elsewhere/" + id + ".ext4"}
-	for _, k := range keys {
-		for _, obj := range []string{k, recordKey(k)} {
+	own := blobstore.ArtifactKey(p.prefix, id)
+	put := func(keys ...string) {
+		for _, obj := range keys {
 			sum := sha256.Sum256([]byte(obj))
 			if err := store.Put(ctx, obj, strings.NewReader(obj), int64(len(obj)), hex.EncodeToString(sum[:])); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if err := p.remove(ctx, id, keys[1]); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range keys {
-		for _, obj := range []string{k, recordKey(k)} {
+	for _, rowKey := range []string{"rfs-cccccccccccccccccccccccc/rfs-cccccccccccccccccccccccc.ext4",
+		"elsewhere/" + id + ".ext4", blobstore.ArtifactKey(p.prefix, "rfs-dddddddddddddddddddddddd")} {
+		put(own, recordKey(own), rowKey, recordKey(rowKey))
+		if err := p.remove(ctx, id, rowKey); err != nil {
+			t.Fatal(err)
+		}
+		for _, obj := range []string{own, recordKey(own)} {
 			if _, err := store.Stat(ctx, obj); !errors.Is(err, blobstore.ErrNotFound) {
 				t.Errorf("%s after remove: %v", obj, err)
 			}
 		}
+		for _, obj := range []string{rowKey, recordKey(rowKey)} {
+			if _, err := store.Stat(ctx, obj); err != nil {
+				t.Errorf("remove with a row naming %s deleted %s: %v", rowKey, obj, err)
+			}
+		}
+	}
+	if n := testutil.ToFloat64(p.metrics.failures.WithLabelValues("foreign_key")); n != 3 {
+		t.Errorf("foreign keys counted = %v, want 3", n)
+	}
+	if err := p.remove(ctx, id, own); err != nil {
+		t.Errorf("remove with the row naming the own key: %v", err)
+	}
+}
+
+// pausedReader blocks once after the first part's bytes were read, until
+// release closes, telling paused that it got there.
+type pausedReader struct {
+	io.Reader
+	n, after int64
+	paused   chan<- struct{}
+	release  <-chan struct{}
+}
+
+func (r *pausedReader) Read(b []byte) (int, error) {
+	if r.n >= r.after && r.paused != nil {
+		close(r.paused)
+		r.paused = nil
+		<-r.release
+	}
+	n, err := r.Reader.Read(b)
+	r.n += int64(n)
+	return n, err
+}
+
+// pausingPut pauses a Put (see pausedReader) once its upload is under way.
+type pausingPut struct {
+	blobstore.Store
+	paused  chan<- struct{}
+	release <-chan struct{}
+}
+
+func (s pausingPut) Put(ctx context.Context, key string, r io.Reader, size int64, sha string) error {
+	return s.Store.Put(ctx, key, &pausedReader{Reader: r, after: blobstore.MinPartSize + 1, paused: s.paused, release: s.release}, size, sha)
+}
+
+func (s pausingPut) PutFile(ctx context.Context, key, path string, size int64, sha string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return s.Put(ctx, key, f, size, sha)
+}
+
+// TestTwoUploadersOfOneKey: two replicas upload the same artifact at once
+// (the build lock lost, the database unreachable, or a re-upload of a
+// local copy). The second must not abort the first's upload: both end with
+// blob fields, and the bucket keeps one object and no incomplete upload.
+func TestTwoUploadersOfOneKey(t *testing.T) {
+	for _, backend := range []string{blobstore.BackendS3, blobstore.BackendFS} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := context.Background()
+			var store blobstore.Store
+			var srv *s3server.Server
+			prefix := uniquePrefix(t)
+			if backend == blobstore.BackendS3 {
+				store, srv = s3Store(t, nil)
+			} else {
+				fs, err := blobstore.NewFS(t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				store = fs
+			}
+			paused, release := make(chan struct{}), make(chan struct{})
+			first, second := newPublisher(pausingPut{Store: store, paused: paused, release: release}, true), newPublisher(store, true)
+			for _, p := range []*objectPublisher{first, second} {
+				p.prefix = prefix
+				p.abandonAfter = func() time.Duration { return time.Hour }
+			}
+			built := localArtifact(t, "rfs-eeeeeeeeeeeeeeeeeeeeeeee", 12<<20) // three parts
+			key := blobstore.ArtifactKey(prefix, built.ArtifactID)
+
+			type result struct {
+				built *api.Built
+				err   error
+			}
+			firstDone := make(chan result, 1)
+			go func() {
+				b, err := first.ensure(ctx, built, nil)
+				firstDone <- result{b, err}
+			}()
+			<-paused
+			out, err := second.ensure(ctx, built, nil)
+			if err != nil || out.ObjectKey != key {
+				t.Fatalf("second uploader: %+v, %v; want object %s", out, err, key)
+			}
+			close(release)
+			r := <-firstDone
+			if r.err != nil || r.built.ObjectKey != key || r.built.StorageBackend != backend {
+				t.Fatalf("first uploader after the second finished: %+v, %v; want object %s (its upload was aborted?)", r.built, r.err, key)
+			}
+			if n := testutil.ToFloat64(first.metrics.fallbacks) + testutil.ToFloat64(second.metrics.fallbacks); n != 0 {
+				t.Errorf("fallbacks to the local artifact = %v, want 0", n)
+			}
+			info, err := store.Stat(ctx, key)
+			if err != nil || info.SHA256 != built.Ext4SHA256 {
+				t.Errorf("object after both uploads: %+v, %v", info, err)
+			}
+			if srv != nil {
+				core := minio.Core{Client: srv.Client()}
+				res, err := core.ListMultipartUploads(ctx, srv.Bucket, key, "", "", "", 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(res.Uploads) != 0 {
+					t.Errorf("incomplete uploads left: %v", res.Uploads)
+				}
+			}
+		})
 	}
 }

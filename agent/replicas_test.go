@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -470,4 +474,96 @@ func TestOrphanedLocalCopyRemoved(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPlantedRecordIsNotAdopted: an object and record that someone with
+// write access to the bucket planted for a spec's predictable artifact id
+// (unsigned, or signed with another secret, or a genuine record beside a
+// replaced object) are not adopted: the replica builds, uploads its own,
+// and counts the record it refused.
+func TestPlantedRecordIsNotAdopted(t *testing.T) {
+	dl := dbDialects[0]
+	for _, plant := range []struct {
+		name, reason string
+		edit         func(t *testing.T, rs *replicaSet, key string)
+	}{
+		{"signed with another secret", recordSignature, nil},
+		{"unsigned", recordUnsigned, func(t *testing.T, rs *replicaSet, key string) {
+			data, err := rs.objects.Get(context.Background(), recordKey(key), maxRecordBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var env signedRecord
+			if err := json.Unmarshal(data, &env); err != nil {
+				t.Fatal(err)
+			}
+			putObject(t, rs.objects, recordKey(key), env.Built) // the BUILT fields alone
+		}},
+		{"object replaced", recordMismatch, func(t *testing.T, rs *replicaSet, key string) {
+			info, err := rs.objects.Stat(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Same size, other bytes, and the recorded sha256 claimed.
+			evil := bytes.Repeat([]byte("x"), int(info.Size))
+			if err := rs.objects.Put(context.Background(), key, bytes.NewReader(evil), info.Size, sha256Hex(evil)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(rs.root, key+blobstore.SidecarSuffix),
+				[]byte(info.SHA256+"  "+filepath.Base(key)+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(strings.ReplaceAll(plant.name, " ", "_"), func(t *testing.T) {
+			rs := newReplicaSet(t, dl)
+			secret := testRecordSecret
+			if plant.edit == nil {
+				secret = "the attacker's own secret, not ours"
+			}
+			attacker := rs.replica(false, func(c *config.Config) { c.ArtifactStore.RecordSecret = config.Secret(secret) })
+			rs.submit(attacker, "job-plant", "alpine:3")
+			planted := attacker.terminal("job-plant")
+			key := planted.Field("object_key")
+			if planted.Field("status") != "BUILT" || key == "" {
+				t.Fatalf("planting build: %v", planted.Body)
+			}
+			if plant.edit != nil {
+				plant.edit(t, rs, key)
+			}
+			h := rs.replica(false, nil)
+			rs.submit(h, "job-1", "alpine:3")
+			if cb := h.terminal("job-1"); cb.Field("status") != "BUILT" || cb.Field("object_key") != key {
+				t.Fatalf("job after the plant: %v", cb.Body)
+			}
+			if n := h.builder.buildCount(); n != 1 {
+				t.Errorf("replica built %d times after a planted record, want 1", n)
+			}
+			if n := testutil.ToFloat64(h.agent.objects.metrics.badRecords.WithLabelValues(plant.reason)); n != 1 {
+				t.Errorf("records_rejected_total{reason=%s} = %v, want 1", plant.reason, n)
+			}
+			if n := testutil.ToFloat64(h.agent.metrics.replica.reuseHits.WithLabelValues(reuseObject)); n != 0 {
+				t.Errorf("reuse_hits_total{source=object} = %v, want 0", n)
+			}
+			// What the replica uploaded in its place is adopted by the next.
+			next := rs.replica(false, nil)
+			rs.submit(next, "job-2", "alpine:3")
+			if cb := next.terminal("job-2"); cb.Field("status") != "BUILT" || next.builder.buildCount() != 0 {
+				t.Errorf("a replica after the rebuild: %v (builds %d), want the rebuilt object adopted", cb.Body, next.builder.buildCount())
+			}
+		})
+	}
+}
+
+// putObject stores data at key with its sha256.
+func putObject(t *testing.T, store blobstore.Store, key string, data []byte) {
+	t.Helper()
+	if err := store.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), sha256Hex(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -50,9 +50,11 @@ type Store interface {
 	// attachment named after the key's base name. The fs backend returns ""
 	// and an error matching ErrNotSupported.
 	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
-	// AbortIncomplete removes what an interrupted Put of key left behind
-	// (S3: incomplete multipart uploads; fs: temporary files).
-	AbortIncomplete(ctx context.Context, key string) error
+	// AbortIncomplete removes what interrupted Puts of key started before
+	// startedBefore left behind (S3: incomplete multipart uploads; fs:
+	// temporary files). A Put started later may be another replica's,
+	// still running: it is left alone.
+	AbortIncomplete(ctx context.Context, key string, startedBefore time.Time) error
 	// Check tells whether the store is usable, for health checks: the error
 	// matches ErrBucketMissing, ErrAccessDenied or ErrUnreachable when that
 	// is the cause.

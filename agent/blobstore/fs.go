@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // SidecarSuffix names the file beside each fs object that records its
@@ -316,9 +318,10 @@ func (f *FS) PresignGet(ctx context.Context, key string, ttl time.Duration) (str
 	return "", &Error{Backend: BackendFS, Op: "presign", Key: key, Kind: ErrNotSupported}
 }
 
-// AbortIncomplete removes the temporary files an interrupted Put of key
-// left beside it.
-func (f *FS) AbortIncomplete(ctx context.Context, key string) error {
+// AbortIncomplete removes the temporary files interrupted Puts of key
+// left beside it, when their inode last changed (written, or linked in)
+// before startedBefore.
+func (f *FS) AbortIncomplete(ctx context.Context, key string, startedBefore time.Time) error {
 	target, err := f.Path(key)
 	if err != nil {
 		return f.fail("abort", key, err)
@@ -333,10 +336,24 @@ func (f *FS) AbortIncomplete(ctx context.Context, key string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, "."+base+tmpInfix) || strings.HasPrefix(name, "."+base+SidecarSuffix+tmpInfix) {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return f.fail("abort", key, err)
+		if !strings.HasPrefix(name, "."+base+tmpInfix) && !strings.HasPrefix(name, "."+base+SidecarSuffix+tmpInfix) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
 			}
+			return f.fail("abort", key, err)
+		}
+		// The change time, not the modification time: a hard link keeps
+		// its source's mtime, but linking it in sets the ctime.
+		if !time.Unix(st.Ctim.Unix()).Before(startedBefore) {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return f.fail("abort", key, err)
 		}
 	}
 	return nil

@@ -202,13 +202,13 @@ func TestFSAbortIncomplete(t *testing.T) {
 	for _, name := range []string{".a.ext4.tmp-123", ".a.ext4.sha256.tmp-456", ".ab.ext4.tmp-789", "b.ext4"} {
 		os.WriteFile(filepath.Join(root, name), nil, 0o644)
 	}
-	if err := f.AbortIncomplete(ctx, "a.ext4"); err != nil {
+	if err := f.AbortIncomplete(ctx, "a.ext4", time.Now().Add(time.Second)); err != nil {
 		t.Fatalf("AbortIncomplete: %v", err)
 	}
 	if got, want := names(t, root), []string{".ab.ext4.tmp-789", "a.ext4", "a.ext4.sha256", "b.ext4"}; !slices.Equal(got, want) {
 		t.Errorf("root after AbortIncomplete = %v; want %v", got, want)
 	}
-	if err := f.AbortIncomplete(ctx, "never/put.ext4"); err != nil {
+	if err := f.AbortIncomplete(ctx, "never/put.ext4", time.Now()); err != nil {
 		t.Errorf("AbortIncomplete of a key in a missing directory: %v", err)
 	}
 }
@@ -249,5 +249,34 @@ func TestOpen(t *testing.T) {
 	}
 	if _, err := blobstore.Open(blobstore.Options{Backend: "gcs"}); err == nil {
 		t.Error("Open accepted an unknown backend")
+	}
+}
+
+// TestFSAbortIncompleteSparesYoungerTemps: a temporary file changed after
+// the cutoff may be another replica's Put in progress: it stays.
+func TestFSAbortIncompleteSparesYoungerTemps(t *testing.T) {
+	ctx := context.Background()
+	f, root := newFS(t)
+	tmp := filepath.Join(root, ".a.ext4.tmp-inflight")
+	if err := os.WriteFile(tmp, []byte("half an image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An old modification time, as a hard link of an old file has: the
+	// link's change time is what says it is in use.
+	old := time.Now().Add(-24 * time.Hour)
+	if err := os.Chtimes(tmp, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.AbortIncomplete(ctx, "a.ext4", time.Now().Add(-time.Hour)); err != nil {
+		t.Fatalf("AbortIncomplete: %v", err)
+	}
+	if _, err := os.Stat(tmp); err != nil {
+		t.Fatalf("a temporary file changed after the cutoff was removed: %v", err)
+	}
+	if err := f.AbortIncomplete(ctx, "a.ext4", time.Now().Add(time.Second)); err != nil {
+		t.Fatalf("AbortIncomplete: %v", err)
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a temporary file older than the cutoff was kept: %v", err)
 	}
 }

@@ -340,8 +340,8 @@ func (s *S3) abortUpload(ctx context.Context, key, uploadID string) {
 		if err != nil && classify(err).code != "NoSuchUpload" {
 			return // unreachable or denied: AbortIncomplete cleans up later
 		}
-		ids, err := s.incompleteUploads(ctx, key)
-		if err != nil || !slices.Contains(ids, uploadID) {
+		uploads, err := s.incompleteUploads(ctx, key)
+		if err != nil || !slices.ContainsFunc(uploads, func(u minio.ObjectMultipartInfo) bool { return u.UploadID == uploadID }) {
 			return
 		}
 	}
@@ -447,18 +447,22 @@ func (s *S3) PresignGet(ctx context.Context, key string, ttl time.Duration) (str
 	return u.String(), nil
 }
 
-// AbortIncomplete aborts every incomplete multipart upload of exactly key.
-func (s *S3) AbortIncomplete(ctx context.Context, key string) error {
+// AbortIncomplete aborts the incomplete multipart uploads of exactly key
+// that were initiated before startedBefore.
+func (s *S3) AbortIncomplete(ctx context.Context, key string, startedBefore time.Time) error {
 	if err := checkKey(key); err != nil {
 		return s.fail("abort", key, err)
 	}
-	ids, err := s.incompleteUploads(ctx, key)
+	uploads, err := s.incompleteUploads(ctx, key)
 	if err != nil {
 		return s.fail("abort", key, err)
 	}
-	for _, id := range ids {
+	for _, u := range uploads {
+		if !u.Initiated.Before(startedBefore) {
+			continue
+		}
 		err := s.retry.do(ctx, func(ctx context.Context) error {
-			return s.core.AbortMultipartUpload(ctx, s.bucket, key, id)
+			return s.core.AbortMultipartUpload(ctx, s.bucket, key, u.UploadID)
 		})
 		if err != nil && classify(err).code != "NoSuchUpload" {
 			return s.fail("abort", key, err)
@@ -467,9 +471,9 @@ func (s *S3) AbortIncomplete(ctx context.Context, key string) error {
 	return nil
 }
 
-// incompleteUploads lists the upload IDs of key's incomplete uploads.
-func (s *S3) incompleteUploads(ctx context.Context, key string) ([]string, error) {
-	var ids []string
+// incompleteUploads lists key's incomplete uploads.
+func (s *S3) incompleteUploads(ctx context.Context, key string) ([]minio.ObjectMultipartInfo, error) {
+	var uploads []minio.ObjectMultipartInfo
 	keyMarker, idMarker := "", ""
 	for {
 		var res minio.ListMultipartUploadsResult
@@ -483,11 +487,11 @@ func (s *S3) incompleteUploads(ctx context.Context, key string) ([]string, error
 		}
 		for _, u := range res.Uploads {
 			if u.Key == key { // the listing is by prefix
-				ids = append(ids, u.UploadID)
+				uploads = append(uploads, u)
 			}
 		}
 		if !res.IsTruncated || (res.NextKeyMarker == keyMarker && res.NextUploadIDMarker == idMarker) {
-			return ids, nil
+			return uploads, nil
 		}
 		keyMarker, idMarker = res.NextKeyMarker, res.NextUploadIDMarker
 	}

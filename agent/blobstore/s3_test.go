@@ -304,7 +304,7 @@ func TestS3ServerDownMidUpload(t *testing.T) {
 	if ids := incomplete(t, srv, key); len(ids) == 0 {
 		t.Fatal("no incomplete upload left behind; the test would not see AbortIncomplete work")
 	}
-	if err := s.AbortIncomplete(ctx, key); err != nil {
+	if err := s.AbortIncomplete(ctx, key, time.Now()); err != nil {
 		t.Fatalf("AbortIncomplete: %v", err)
 	}
 	if ids := incomplete(t, srv, key); len(ids) != 0 {
@@ -314,7 +314,7 @@ func TestS3ServerDownMidUpload(t *testing.T) {
 		t.Errorf("AbortIncomplete(%s) touched another key's upload: %v", key, ids)
 	}
 	core.AbortMultipartUpload(ctx, srv.Bucket, key+".other", otherID)
-	if err := s.AbortIncomplete(ctx, key); err != nil {
+	if err := s.AbortIncomplete(ctx, key, time.Now()); err != nil {
 		t.Errorf("AbortIncomplete with nothing to abort: %v", err)
 	}
 }
@@ -336,7 +336,7 @@ func TestS3CancelMidPut(t *testing.T) {
 		t.Fatalf("cancelled Put = %v; want context.Canceled", err)
 	}
 	bg := context.Background()
-	if err := s.AbortIncomplete(bg, key); err != nil {
+	if err := s.AbortIncomplete(bg, key, time.Now()); err != nil {
 		t.Fatalf("AbortIncomplete: %v", err)
 	}
 	if ids := incomplete(t, srv, key); len(ids) != 0 {
@@ -391,4 +391,44 @@ func TestS3PutMemoryBound(t *testing.T) {
 		t.Errorf("Stat = %+v, %v", info, err)
 	}
 	s.Delete(ctx, "big.ext4")
+}
+
+// TestS3AbortIncompleteSparesYoungerUploads: an upload initiated after the
+// cutoff may be another replica's, still running: it is not aborted, and
+// that replica completes it.
+func TestS3AbortIncompleteSparesYoungerUploads(t *testing.T) {
+	ctx := context.Background()
+	s, srv := newS3(t, nil)
+	const key = "two-uploaders.ext4"
+	core := minio.Core{Client: srv.Client()}
+	data := bytes.Repeat([]byte{7}, int(blobstore.MinPartSize))
+	theirs, err := core.NewMultipartUpload(ctx, srv.Bucket, key, minio.PutObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := core.PutObjectPart(ctx, srv.Bucket, key, theirs, 1, bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AbortIncomplete(ctx, key, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatalf("AbortIncomplete: %v", err)
+	}
+	if ids := incomplete(t, srv, key); len(ids) != 1 || ids[0] != theirs {
+		t.Fatalf("uploads after AbortIncomplete with an hour's cutoff = %v, want the younger one (%s) kept", ids, theirs)
+	}
+	if _, err := core.CompleteMultipartUpload(ctx, srv.Bucket, key, theirs,
+		[]minio.CompletePart{{PartNumber: 1, ETag: part.ETag}}, minio.PutObjectOptions{}); err != nil {
+		t.Fatalf("the other uploader could not complete its upload: %v", err)
+	}
+
+	stale, err := core.NewMultipartUpload(ctx, srv.Bucket, key, minio.PutObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AbortIncomplete(ctx, key, time.Now().Add(2*time.Second)); err != nil {
+		t.Fatalf("AbortIncomplete: %v", err)
+	}
+	if ids := incomplete(t, srv, key); len(ids) != 0 {
+		t.Errorf("upload %s started before the cutoff survived AbortIncomplete: %v", stale, ids)
+	}
 }

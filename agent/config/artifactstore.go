@@ -39,6 +39,12 @@ type ArtifactStore struct {
 	Attempts int `yaml:"attempts"`
 	// KeepLocal keeps the local .ext4 after a successful upload.
 	KeepLocal bool `yaml:"keep_local"`
+	// RecordSecret authenticates the record stored beside each object,
+	// so that a replica adopts only objects another TC replica uploaded,
+	// never one planted by whoever else can write to the bucket. Every
+	// replica needs the same value; unset, replicas adopt nothing from
+	// the bucket before CubeMaster registers it.
+	RecordSecret Secret `yaml:"record_secret"`
 }
 
 // S3 holds the S3 (or MinIO) connection settings.
@@ -67,6 +73,9 @@ const (
 	defaultPartSize      = 16 << 20
 	defaultConcurrency   = 4
 	defaultStoreAttempts = 5
+	// minRecordSecret is the shortest artifact_store.record_secret: a
+	// guessable key would let anyone sign records.
+	minRecordSecret = 16
 )
 
 func defaultArtifactStore() ArtifactStore {
@@ -124,6 +133,8 @@ var artifactStoreEnv = []envOverride{
 		return parseFlag(name, v, &c.ArtifactStore.S3.UseSSL)
 	}},
 	{[]string{"CUBE_S3_ARTIFACT_PREFIX"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Prefix = v; return nil }},
+	{[]string{"CUBE_TEMPLATE_CENTER_RECORD_SECRET"},
+		func(c *Config, _, v string) error { c.ArtifactStore.RecordSecret = Secret(v); return nil }},
 }
 
 // parseFlag reads upstream's boolean spellings: 1, true, yes, on (and 0,
@@ -216,6 +227,9 @@ func (a *ArtifactStore) validate() []error {
 	}
 	if a.Attempts < 1 || a.Attempts > 100 {
 		bad("attempts", "%d is outside 1..100", a.Attempts)
+	}
+	if n := len(a.RecordSecret); n > 0 && n < minRecordSecret {
+		bad("record_secret", "is %d bytes, want at least %d (for example the output of openssl rand -hex 32)", n, minRecordSecret)
 	}
 	if a.FSRoot != "" && !strings.HasPrefix(a.FSRoot, "/") {
 		bad("fs_root", "%q is not an absolute path", a.FSRoot)
