@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -59,8 +60,14 @@ type Lock struct {
 	name string
 	opts LockOptions
 
-	mu   sync.Mutex
-	conn *sql.Conn // nil while lost
+	// checkMu lets one check (keepalive or Check) use the connection at
+	// a time, so a loss is seen and the lock retaken once.
+	checkMu sync.Mutex
+	// released is set by Release, under checkMu: no check takes the lock
+	// again after it.
+	released bool
+	mu       sync.Mutex
+	conn     *sql.Conn // nil while lost
 	// lost counts the losses seen, for Lost.
 	lost int
 	// stop ends the keepalive, and any check it has in progress.
@@ -162,6 +169,9 @@ func (l *Lock) held(ctx context.Context, conn *sql.Conn) error {
 	return nil
 }
 
+// ErrLockHeld is a lock another session holds.
+var ErrLockHeld = errors.New("lock is held by another session")
+
 // keepalive checks the lock at every interval until Release; a lost lock is
 // reported and taken again when it becomes free.
 func (l *Lock) keepalive(ctx context.Context) {
@@ -174,35 +184,62 @@ func (l *Lock) keepalive(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		l.mu.Lock()
-		conn := l.conn
-		l.mu.Unlock()
-		if conn != nil {
-			err := l.held(ctx, conn)
-			if err == nil || ctx.Err() != nil {
-				continue
-			}
-			discard(conn)
-			l.mu.Lock()
-			l.conn = nil
-			l.lost++
-			l.mu.Unlock()
-			if l.opts.OnLost != nil {
-				l.opts.OnLost(err)
-			}
-			continue
+		_ = l.check(ctx, false)
+	}
+}
+
+// Check makes sure the lock is held now, before work that must not run
+// without it: it asks the server, and when the lock was lost it tries to
+// take it again at once. It returns nil when the lock is held, an error
+// matching ErrLockHeld when another session holds it, or the error that
+// kept it from asking.
+func (l *Lock) Check(ctx context.Context) error {
+	return l.check(ctx, true)
+}
+
+// check is one keepalive step: the held lock's connection is asked, a lost
+// one dropped (OnLost), a lock found lost before taken again when free
+// (OnRegained); retake also takes a lock it has just found lost.
+func (l *Lock) check(ctx context.Context, retake bool) error {
+	l.checkMu.Lock()
+	defer l.checkMu.Unlock()
+	if l.released {
+		return fmt.Errorf("lock %s was released", l.name)
+	}
+	l.mu.Lock()
+	conn := l.conn
+	l.mu.Unlock()
+	if conn != nil {
+		err := l.held(ctx, conn)
+		if err == nil || ctx.Err() != nil {
+			return err
 		}
-		conn, ok, err := l.d.takeLock(ctx, l.name)
-		if err != nil || !ok {
-			continue
-		}
+		discard(conn)
 		l.mu.Lock()
-		l.conn = conn
+		l.conn = nil
+		l.lost++
 		l.mu.Unlock()
-		if l.opts.OnRegained != nil {
-			l.opts.OnRegained()
+		if l.opts.OnLost != nil {
+			l.opts.OnLost(err)
+		}
+		if !retake {
+			return err
 		}
 	}
+	conn, ok, err := l.d.takeLock(ctx, l.name)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("take lock %s again: %w", l.name, ErrLockHeld)
+	}
+	l.mu.Lock()
+	l.conn = conn
+	l.mu.Unlock()
+	if l.opts.OnRegained != nil {
+		l.opts.OnRegained()
+	}
+	return nil
 }
 
 // Name is the lock's name.
@@ -221,6 +258,9 @@ func (l *Lock) Lost() int {
 func (l *Lock) Release(ctx context.Context) error {
 	l.stop()
 	<-l.done
+	l.checkMu.Lock()
+	l.released = true
+	l.checkMu.Unlock()
 	l.mu.Lock()
 	conn := l.conn
 	l.conn = nil

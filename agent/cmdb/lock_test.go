@@ -3,6 +3,7 @@ package cmdb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -195,5 +196,78 @@ func TestLockLostAndRegained(t *testing.T) {
 				t.Errorf("after regaining, another session got the lock (%v, %v)", ok, err)
 			}
 		})
+	}
+}
+
+// TestLockCheck: Check answers at once, without waiting for the keepalive:
+// nil while held; after the session was killed and another took the lock,
+// ErrLockHeld (and the loss reported); once free, the lock is taken again.
+func TestLockCheck(t *testing.T) {
+	for _, dl := range dialects {
+		t.Run(dl.name, func(t *testing.T) {
+			o, admin, _ := dl.open(t)
+			holder, other := openDB(t, o), openDB(t, o)
+			ctx := context.Background()
+			name := "tc_build_checked"
+			lost := 0
+			l, ok, err := holder.TryLock(ctx, name, LockOptions{Keepalive: time.Hour, OnLost: func(error) { lost++ }})
+			if err != nil || !ok {
+				t.Fatalf("TryLock = %v, %v", ok, err)
+			}
+			defer l.Release(ctx)
+			if err := l.Check(ctx); err != nil {
+				t.Fatalf("Check of a held lock = %v", err)
+			}
+			kill := "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+			if o.Driver == DriverMySQL {
+				var id int64
+				if err := admin.QueryRow("SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				kill = "KILL " + strconv.FormatInt(id, 10)
+			}
+			if _, err := admin.Exec(kill); err != nil {
+				t.Fatalf("%s: %v", kill, err)
+			}
+			var taken *Lock
+			waitUntil(t, "another session to take the lock", func() bool {
+				var err error
+				taken, ok, err = other.TryLock(ctx, name, LockOptions{Keepalive: time.Hour})
+				return err == nil && ok
+			})
+			if err := l.Check(ctx); !errors.Is(err, ErrLockHeld) {
+				t.Errorf("Check with the lock taken over = %v, want ErrLockHeld", err)
+			}
+			if lost != 1 || l.Lost() != 1 {
+				t.Errorf("losses reported %d, counted %d; want 1", lost, l.Lost())
+			}
+			if err := taken.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Check(ctx); err != nil {
+				t.Errorf("Check once the lock is free = %v, want it taken again", err)
+			}
+			if _, ok, err := other.TryLock(ctx, name, LockOptions{}); err != nil || ok {
+				t.Errorf("after Check took it again, another session got the lock (%v, %v)", ok, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("Release after Check took the lock again: %v", err)
+			}
+			if err := l.Check(ctx); err == nil {
+				t.Error("Check after Release took the lock again")
+			}
+		})
+	}
+}
+
+// waitUntil polls cond for up to 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
