@@ -11,8 +11,15 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
-// errArtifactBuilding refuses a delete of an artifact being built here.
+// errArtifactBuilding refuses a delete of an artifact being built or
+// reused here, or by another replica (its build lock is held).
 var errArtifactBuilding = errors.New("artifact is being built")
+
+// errArtifactReported refuses a delete of an artifact a job of this
+// replica is about to report or has reported BUILT without CubeMaster
+// having received it yet: CubeMaster would register an artifact whose
+// data is gone.
+var errArtifactReported = errors.New("artifact is named in a job report CubeMaster has not received yet")
 
 // deleteArtifact deletes artifact id's data and answers with the HTTP
 // status and message of the outcome. Alone, it removes the object, then
@@ -35,6 +42,17 @@ func (a *Agent) deleteArtifact(ctx context.Context, id string) (int, string) {
 // is being built: nothing is deleted.
 func (a *Agent) removeArtifactData(ctx context.Context, id, rowKey string) (ran bool, err error) {
 	ran = a.exec.withArtifactIdle(id, func() {
+		// A job that reuses the artifact names it (SetFingerprint) before
+		// its flight starts and until its BUILT report is delivered.
+		pending, perr := a.spool.ArtifactPending(ctx, id)
+		switch {
+		case perr != nil:
+			err = perr
+			return
+		case pending:
+			err = errArtifactReported
+			return
+		}
 		if err = a.objects.remove(ctx, id, rowKey); err != nil {
 			return
 		}
@@ -51,6 +69,9 @@ func (a *Agent) deleteAnswer(log *slog.Logger, ran bool, err error) (int, string
 	switch {
 	case !ran:
 		return http.StatusConflict, errArtifactBuilding.Error()
+	case errors.Is(err, errArtifactReported):
+		log.Warn("artifact delete refused", "err", err)
+		return http.StatusConflict, err.Error() + "; retry once it is delivered"
 	case errors.Is(err, rootfs.ErrNotArtifact):
 		log.Warn("artifact delete refused", "err", err)
 		return http.StatusConflict, err.Error() + "; left in place"
@@ -88,6 +109,26 @@ func (a *Agent) deleteClaimed(ctx context.Context, id string) (int, string) {
 		log.Warn("artifact delete refused: its row is not marked for deletion", "status", row.Status)
 		return http.StatusConflict, fmt.Sprintf("artifact is %s in CubeMaster's database, not CLEANUP_PENDING; nothing deleted", row.Status)
 	}
+	// The fingerprint's build lock keeps out builds and reuses of the
+	// artifact on every replica while its data goes.
+	if row.Fingerprint != "" {
+		lock, ok, lerr := a.db.TryLock(ctx, cmdb.BuildLockName(row.Fingerprint), cmdb.LockOptions{Keepalive: a.config().Replicas.LockKeepalive})
+		switch {
+		case lerr != nil:
+			a.releaseClaim(ctx, log, id, "take the build lock: "+lerr.Error())
+			log.Warn("artifact delete refused: cannot take its build lock", "err", lerr)
+			return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later"
+		case !ok:
+			a.releaseClaim(ctx, log, id, errArtifactBuilding.Error()+" by a replica")
+			log.Warn("artifact delete refused: a replica is building or reusing it")
+			return http.StatusConflict, errArtifactBuilding.Error() + " or reused by a replica; left in place"
+		}
+		defer func() {
+			if err := lock.Release(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("release build lock after delete", "err", err)
+			}
+		}()
+	}
 	if row.StoreBacked() && (a.objects == nil || a.objects.store.Backend() != row.StorageBackend) {
 		err = fmt.Errorf("artifact object %s is in a %s blob store, which this replica is not configured with", row.ObjectKey, row.StorageBackend)
 	} else {
@@ -99,10 +140,8 @@ func (a *Agent) deleteClaimed(ctx context.Context, id string) (int, string) {
 	}
 	if err != nil {
 		log.Error("delete artifact data; row back to CLEANUP_PENDING", "err", err)
-		if rerr := a.db.ReleaseClaim(context.WithoutCancel(ctx), id, err.Error()); rerr != nil {
-			log.Error("put artifact row back to CLEANUP_PENDING", "err", rerr)
-		}
-		if errors.Is(err, rootfs.ErrNotArtifact) || errors.Is(err, errArtifactBuilding) {
+		a.releaseClaim(ctx, log, id, err.Error())
+		if errors.Is(err, rootfs.ErrNotArtifact) || errors.Is(err, errArtifactBuilding) || errors.Is(err, errArtifactReported) {
 			return http.StatusConflict, err.Error() + "; left in place"
 		}
 		return http.StatusInternalServerError, "delete artifact data: " + err.Error()
@@ -113,4 +152,12 @@ func (a *Agent) deleteClaimed(ctx context.Context, id string) (int, string) {
 	}
 	log.Info("artifact deleted", "object_key", row.ObjectKey, "row", "deleted")
 	return http.StatusOK, ""
+}
+
+// releaseClaim puts a claimed row back to CLEANUP_PENDING with lastError,
+// for a retry or the sweep.
+func (a *Agent) releaseClaim(ctx context.Context, log *slog.Logger, id, lastError string) {
+	if err := a.db.ReleaseClaim(context.WithoutCancel(ctx), id, lastError); err != nil {
+		log.Error("put artifact row back to CLEANUP_PENDING", "err", err)
+	}
 }

@@ -142,8 +142,10 @@ type flight struct {
 	// members counts the jobs waiting for the flight, under executor.mu.
 	members int
 	built   *api.Built
-	err     error
-	phase   string
+	// reused says built was an existing artifact, not a new build.
+	reused bool
+	err    error
+	phase  string
 }
 
 func newExecutor(d executorDeps) *executor {
@@ -397,42 +399,21 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	r.report(ctx, spool.KindFingerprint, api.FingerprintReport(artifactID, fp, img.Digest))
 
 	for {
-		if built, ok := e.reuseFromRow(ctx, fp, r.log); ok {
-			e.metrics.dedup.WithLabelValues("reuse").Inc()
-			r.log.Info("reusing READY artifact", "artifact_id", built.ArtifactID, "object_key", built.ObjectKey)
-			return built, api.PhaseReady, nil
-		}
-		if built, ok := r.e.reusable(ctx, fp, r.log); ok {
-			built, err := r.publishObject(ctx, built)
-			switch {
-			case errors.Is(err, errObjectMissing):
-				r.log.Warn("artifact gone from the blob store and the local store, rebuilding")
-				if err := e.artifacts.DeleteArtifact(ctx, api.ArtifactID(fp)); err != nil {
-					r.log.Warn("forget vanished artifact", "err", err)
-				}
-				continue
-			case err != nil:
-				return nil, api.PhaseBuildingExt4, err
-			}
-			e.metrics.dedup.WithLabelValues("reuse").Inc()
-			e.metrics.reuseHits.WithLabelValues(reuseLocal).Inc()
-			r.log.Info("reusing published artifact", "path", built.Ext4Path, "object_key", built.ObjectKey)
-			return built, api.PhaseReady, nil
-		}
+		// Reuses run in the flight too, so that a delete of the artifact
+		// (withArtifactIdle) waits for them as it waits for builds.
 		fl, leader, joined := r.e.join(r.agentCtx, r.limit, fp, artifactID)
 		switch {
 		case leader:
-			r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressBuilding)
 			e.wg.Add(1)
 			go func() {
 				defer e.wg.Done()
-				built, err := r.produce(fl.ctx, img, ca, fp, artifactID)
+				built, reused, err := r.produce(fl.ctx, img, ca, fp, artifactID)
 				var timeout buildTimeout
 				if err != nil && errors.As(context.Cause(fl.ctx), &timeout) {
 					// Whichever step it stopped in (image, upload).
 					err = timeout
 				}
-				e.land(fp, artifactID, fl, built, err, api.PhaseBuildingExt4)
+				e.land(fp, artifactID, fl, built, reused, err, api.PhaseBuildingExt4)
 			}()
 		case joined:
 			r.log.Info("identical build in flight, waiting for it", "fingerprint", fp)
@@ -446,8 +427,11 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 		case <-fl.done:
 		}
 		if fl.err == nil {
-			if !leader {
+			switch {
+			case !leader:
 				e.metrics.dedup.WithLabelValues("inflight").Inc()
+			case fl.reused:
+				e.metrics.dedup.WithLabelValues("reuse").Inc()
 			}
 			return fl.built, api.PhaseReady, nil
 		}
@@ -462,8 +446,8 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	}
 }
 
-// buildArtifact runs the image build (and the upload to the blob store) of
-// a flight r leads, under the flight's context. It touches r only in memory
+// buildArtifact runs the image build of a flight r leads, under the
+// flight's context, and records the local artifact. It touches r only in memory
 // (progress, log), never its job in the spool: r may have been cancelled
 // while the build goes on for other jobs.
 func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
@@ -499,7 +483,7 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 		return nil, fmt.Errorf("record artifact: %w", err)
 	}
 	r.log.Info("artifact published", "path", art.Path, "size", art.Size, "sha256", art.SHA256, "took", time.Since(began).Round(time.Millisecond))
-	return r.publishObject(ctx, built)
+	return built, nil
 }
 
 // Progress of the upload to the blob store, after the image build's 95.
@@ -572,13 +556,13 @@ func (e *executor) leave(fl *flight) {
 }
 
 // land ends a flight and wakes the jobs waiting for it.
-func (e *executor) land(fp, artifactID string, fl *flight, built *api.Built, err error, phase string) {
+func (e *executor) land(fp, artifactID string, fl *flight, built *api.Built, reused bool, err error, phase string) {
 	fl.cancel()
 	e.mu.Lock()
 	delete(e.flights, fp)
 	delete(e.building, artifactID)
 	e.mu.Unlock()
-	fl.built, fl.err, fl.phase = built, err, phase
+	fl.built, fl.reused, fl.err, fl.phase = built, reused, err, phase
 	close(fl.done)
 }
 

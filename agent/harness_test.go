@@ -355,7 +355,18 @@ func (h *harness) terminal(id string) cubemaster.Callback {
 	if err != nil {
 		h.t.Fatalf("terminal report of %s: %v", id, err)
 	}
-	return cb
+	// The outbox lets the report go just after CubeMaster's answer;
+	// until then a delete of its artifact is refused, as it must be.
+	for {
+		reps, err := h.sp.Reports(ctx, id)
+		if err == nil && len(reps) == 0 {
+			return cb
+		}
+		if ctx.Err() != nil {
+			h.t.Fatalf("reports of %s still in the outbox after its terminal report arrived: %v %v", id, reps, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // waitJob waits until the spool shows the job in state.

@@ -43,6 +43,7 @@ type replicaMetrics struct {
 	lockWaitSeconds prometheus.Histogram
 	lockLosses      prometheus.Counter
 	lockUnavailable prometheus.Counter
+	publishLockLost prometheus.Counter
 	reuseHits       *prometheus.CounterVec
 }
 
@@ -65,6 +66,10 @@ func newReplicaMetrics() replicaMetrics {
 			Namespace: namespace, Subsystem: "replica", Name: "lock_unavailable_total",
 			Help: "Builds that went on without the build lock because the database could not be reached.",
 		}),
+		publishLockLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "replica", Name: "publish_lock_lost_total",
+			Help: "Builds that found their build lock lost when about to publish the artifact, and waited for it.",
+		}),
 		reuseHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "replica", Name: "reuse_hits_total",
 			Help: "Jobs answered with an existing artifact instead of a build, by where it was found.",
@@ -77,7 +82,7 @@ func newReplicaMetrics() replicaMetrics {
 }
 
 func (m replicaMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.lockWaits, m.lockWaitSeconds, m.lockLosses, m.lockUnavailable, m.reuseHits}
+	return []prometheus.Collector{m.lockWaits, m.lockWaitSeconds, m.lockLosses, m.lockUnavailable, m.publishLockLost, m.reuseHits}
 }
 
 // reuseFromRow returns the READY artifact row's artifact for fp when its
@@ -125,43 +130,128 @@ func (e *executor) reuseFromRow(ctx context.Context, fp string, log *slog.Logger
 	return built, true
 }
 
-// produce makes the artifact of a flight this replica leads. Alone, it
+// produce makes the artifact of a flight this replica leads; reused says
+// it found one instead of building. Alone, it reuses the local artifact or
 // builds. With other replicas it first takes the fingerprint's build lock,
 // waiting (and watching for a READY row) while another replica holds it;
-// under the lock it reuses what the last holder left (a READY row, or the
-// object with its record, uploaded before CubeMaster registered it) and
-// builds only when there is neither.
-func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
+// under the lock it reuses what is there (a READY row, the local artifact,
+// or the object with its record another replica uploaded before CubeMaster
+// registered it) and builds only when there is nothing. The lock, held
+// until the artifact is published, also keeps a delete of the artifact out
+// (deleteClaimed takes it).
+func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (built *api.Built, reused bool, err error) {
 	e := r.e
-	if e.shared == nil {
-		return r.buildArtifact(ctx, img, ca, fp, artifactID)
+	var lock *cmdb.Lock
+	if e.shared != nil {
+		lock, built, err = r.buildLock(ctx, fp)
+		switch {
+		case err != nil:
+			return nil, false, err
+		case built != nil:
+			return built, true, nil
+		}
+		if lock != nil {
+			defer func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				if err := lock.Release(rctx); err != nil {
+					r.log.Warn("release build lock", "lock", lock.Name(), "err", err)
+				}
+			}()
+		}
+		if built, ok := e.reuseFromRow(ctx, fp, r.log); ok {
+			r.log.Info("reusing READY artifact", "artifact_id", built.ArtifactID, "object_key", built.ObjectKey)
+			return built, true, nil
+		}
 	}
-	lock, built, err := r.buildLock(ctx, fp)
+	if built, ok, err := r.reuseLocal(ctx, lock, fp, artifactID); err != nil || ok {
+		return built, ok, err
+	}
+	if e.shared != nil {
+		if built, ok := e.objects.adopt(ctx, artifactID, fp, r.log); ok {
+			e.metrics.reuseHits.WithLabelValues(reuseObject).Inc()
+			r.log.Info("artifact uploaded by another replica, reusing it", "object_key", built.ObjectKey)
+			return built, true, nil
+		}
+	}
+	r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressBuilding)
+	if built, err = r.buildArtifact(ctx, img, ca, fp, artifactID); err != nil {
+		return nil, false, err
+	}
+	built, reused, err = r.publishChecked(ctx, lock, fp, artifactID, built)
+	return built, reused, err
+}
+
+// reuseLocal returns the artifact this replica published for fp when it
+// is still intact, with its object in the blob store (uploaded again when
+// it is missing there). An artifact gone from both is forgotten: ok is
+// false and it is built again.
+func (r *jobRun) reuseLocal(ctx context.Context, lock *cmdb.Lock, fp, artifactID string) (*api.Built, bool, error) {
+	e := r.e
+	built, ok := e.reusable(ctx, fp, r.log)
+	if !ok {
+		return nil, false, nil
+	}
+	out, reused, err := r.publishChecked(ctx, lock, fp, artifactID, built)
 	switch {
+	case errors.Is(err, errObjectMissing):
+		r.log.Warn("artifact gone from the blob store and the local store, rebuilding")
+		if err := e.artifacts.DeleteArtifact(ctx, artifactID); err != nil {
+			r.log.Warn("forget vanished artifact", "err", err)
+		}
+		return nil, false, nil
 	case err != nil:
-		return nil, err
-	case built != nil:
-		return built, nil
+		return nil, false, err
+	case reused:
+		return out, true, nil // another replica's, while the lock was lost
 	}
-	if lock != nil {
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if err := lock.Release(rctx); err != nil {
-				r.log.Warn("release build lock", "lock", lock.Name(), "err", err)
+	e.metrics.reuseHits.WithLabelValues(reuseLocal).Inc()
+	r.log.Info("reusing published artifact", "path", out.Ext4Path, "object_key", out.ObjectKey)
+	return out, true, nil
+}
+
+// publishChecked puts built in the blob store (publishObject), first
+// making sure the build lock, when there is one, is still held: when it was
+// lost, another replica may be building and uploading the same artifact.
+// It waits for the lock as buildLock does, and reports that replica's
+// artifact (reused) when it registered or uploaded one meanwhile. The
+// artifact is deterministic and an upload never aborts another replica's,
+// so publishing without the lock (the database unreachable) is safe too:
+// at worst the same bytes are uploaded twice.
+func (r *jobRun) publishChecked(ctx context.Context, lock *cmdb.Lock, fp, artifactID string, built *api.Built) (*api.Built, bool, error) {
+	e := r.e
+	if lock == nil || e.objects == nil {
+		out, err := r.publishObject(ctx, built)
+		return out, false, err
+	}
+	err := lock.Check(ctx)
+	if err != nil {
+		e.metrics.publishLockLost.Inc()
+		r.log.Warn("build lock lost before publishing; waiting for it", "lock", lock.Name(), "err", err)
+	}
+	for err != nil {
+		if !errors.Is(err, cmdb.ErrLockHeld) {
+			r.log.Warn("cannot check the build lock; publishing without it", "lock", lock.Name(), "err", err)
+			break
+		}
+		if other, ok := e.reuseFromRow(ctx, fp, r.log); ok {
+			return other, true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, errStopping
+		case <-time.After(e.replicaSettings().LockPollInterval):
+		}
+		if err = lock.Check(ctx); err == nil {
+			r.log.Info("build lock taken again before publishing", "lock", lock.Name())
+			if other, ok := e.objects.adopt(ctx, artifactID, fp, r.log); ok {
+				e.metrics.reuseHits.WithLabelValues(reuseObject).Inc()
+				return other, true, nil
 			}
-		}()
+		}
 	}
-	if built, ok := e.reuseFromRow(ctx, fp, r.log); ok {
-		r.log.Info("artifact registered by another replica, reusing it", "artifact_id", built.ArtifactID)
-		return built, nil
-	}
-	if built, ok := e.objects.adopt(ctx, artifactID, fp, r.log); ok {
-		e.metrics.reuseHits.WithLabelValues(reuseObject).Inc()
-		r.log.Info("artifact uploaded by another replica, reusing it", "object_key", built.ObjectKey)
-		return built, nil
-	}
-	return r.buildArtifact(ctx, img, ca, fp, artifactID)
+	out, err := r.publishObject(ctx, built)
+	return out, false, err
 }
 
 // buildLock takes fp's build lock, waiting while another replica holds it:

@@ -12,7 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 )
 
@@ -59,6 +62,11 @@ func newReplicaSet(t *testing.T, dl dbDialect) *replicaSet {
 // (job rows, artifact rows on BUILT); without, artifact rows are never
 // written, as in the gap before CubeMaster registers a BUILT.
 func (rs *replicaSet) replica(register bool, mutate func(*config.Config)) *harness {
+	return rs.replicaWith(register, mutate, nil)
+}
+
+// replicaWith is replica with the shared blob store seen through wrap.
+func (rs *replicaSet) replicaWith(register bool, mutate func(*config.Config), wrap func(blobstore.Store) blobstore.Store) *harness {
 	t := rs.t
 	t.Helper()
 	h := newHarness(t, func(c *config.Config) {
@@ -74,6 +82,9 @@ func (rs *replicaSet) replica(register bool, mutate func(*config.Config)) *harne
 	}
 	t.Cleanup(func() { db.Close() })
 	h.database, h.objects = db, rs.objects
+	if wrap != nil {
+		h.objects = wrap(rs.objects)
+	}
 	if register {
 		if err := h.master.UseDatabase(rs.seed, rs.dialect.driver); err != nil {
 			t.Fatal(err)
@@ -566,4 +577,155 @@ func putObject(t *testing.T, store blobstore.Store, key string, data []byte) {
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// gatedStat is a blob store whose Stat, while armed, looks the object up,
+// then waits for release before it answers with what it saw: a reuse that
+// decided on the object is held there.
+type gatedStat struct {
+	blobstore.Store
+	armed   *atomic.Bool
+	entered chan string
+	release chan struct{}
+}
+
+func (g gatedStat) Stat(ctx context.Context, key string) (blobstore.Info, error) {
+	info, err := g.Store.Stat(ctx, key)
+	if g.armed.CompareAndSwap(true, false) {
+		g.entered <- key
+		<-g.release
+	}
+	return info, err
+}
+
+// TestDeleteWaitsForReuse: a delete of an artifact that a job is reusing
+// at that moment, on this replica or another, is refused (409, the row
+// back to CLEANUP_PENDING) rather than removing what the job reports
+// BUILT; once the reuse is over, the delete goes through. A BUILT report
+// CubeMaster has not received yet holds deletes off the same way.
+func TestDeleteWaitsForReuse(t *testing.T) {
+	for _, dl := range dbDialects {
+		t.Run(dl.name, func(t *testing.T) {
+			rs := newReplicaSet(t, dl)
+			ctx := context.Background()
+			gate := gatedStat{armed: new(atomic.Bool), entered: make(chan string, 1), release: make(chan struct{})}
+			h := rs.replicaWith(true, nil, func(s blobstore.Store) blobstore.Store { gate.Store = s; return gate })
+			other := rs.replica(true, nil)
+			rs.submit(h, "job-1", "alpine:3")
+			first := h.terminal("job-1")
+			id, key := first.Field("artifact_id"), first.Field("object_key")
+
+			// This replica reuses the READY row's object while the delete
+			// comes in: refused.
+			gate.armed.Store(true)
+			rs.submit(h, "job-2", "alpine:3")
+			<-gate.entered
+			for name, via := range map[string]*harness{"this replica": h, "another replica": other} {
+				code, body, err := h.master.DeleteArtifact(ctx, via.url, testToken, id)
+				if err != nil || code != http.StatusConflict {
+					t.Errorf("delete through %s during a reuse = %d %s %v, want 409", name, code, body, err)
+				}
+				if rows := rs.artifactRows(); rows[id] != cmdb.ArtifactCleanupPending {
+					t.Errorf("row after a refused delete: %v, want CLEANUP_PENDING", rows)
+				}
+			}
+			close(gate.release)
+			cb := h.terminal("job-2")
+			if cb.Field("status") != "BUILT" || cb.Field("object_key") != key {
+				t.Fatalf("the reusing job: %v", cb.Body)
+			}
+			if _, err := rs.objects.Stat(ctx, key); err != nil {
+				t.Fatalf("the object a BUILT report names is gone: %v", err)
+			}
+			if _, err := os.Stat(cb.Field("ext4_path")); err != nil {
+				t.Fatalf("the local copy a BUILT report names is gone: %v", err)
+			}
+
+			// A BUILT naming it that CubeMaster has not received: refused.
+			h.master.Hold()
+			rs.submit(h, "job-3", "alpine:3")
+			h.waitJob("job-3", spool.StateBuilt)
+			if code, body, err := h.master.DeleteArtifact(ctx, h.url, testToken, id); err != nil || code != http.StatusConflict {
+				t.Errorf("delete with a BUILT undelivered = %d %s %v, want 409", code, body, err)
+			}
+			h.master.Release()
+			h.terminal("job-3")
+
+			// Another replica building or reusing it holds its lock.
+			lock, ok, err := other.database.TryLock(ctx, cmdb.BuildLockName(first.Field("template_spec_fingerprint")), cmdb.LockOptions{})
+			if err != nil || !ok {
+				t.Fatalf("take the build lock as a replica would: %v %v", ok, err)
+			}
+			if code, body, err := h.master.DeleteArtifact(ctx, h.url, testToken, id); err != nil || code != http.StatusConflict {
+				t.Errorf("delete while a replica holds the build lock = %d %s %v, want 409", code, body, err)
+			}
+			if err := lock.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if code, body, err := h.master.DeleteArtifact(ctx, h.url, testToken, id); err != nil || code != http.StatusOK {
+				t.Fatalf("delete once nothing uses the artifact = %d %s %v, want 200", code, body, err)
+			}
+			if _, err := rs.objects.Stat(ctx, key); !errors.Is(err, blobstore.ErrNotFound) {
+				t.Errorf("object after the delete: %v", err)
+			}
+		})
+	}
+}
+
+// TestLostLockWaitsBeforePublish: a build whose lock was lost (its session
+// killed) and taken by another replica meanwhile does not publish next to
+// that replica's upload: it waits until the lock is free again, then
+// publishes, and the job ends BUILT with its object.
+func TestLostLockWaitsBeforePublish(t *testing.T) {
+	for _, dl := range dbDialects {
+		t.Run(dl.name, func(t *testing.T) {
+			rs := newReplicaSet(t, dl)
+			ctx := context.Background()
+			h := rs.replica(false, func(c *config.Config) { c.Replicas.LockKeepalive = time.Hour })
+			entered, release := h.pauseAtPublish()
+			rs.submit(h, "job-1", "alpine:3")
+			<-entered
+			j := h.waitJob("job-1", spool.StateRunning)
+			name := cmdb.BuildLockName(j.Fingerprint)
+			kill := "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+			if dl.driver == cmdb.DriverMySQL {
+				var id int64
+				if err := rs.seed.QueryRow("SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				kill = "KILL " + strconv.FormatInt(id, 10)
+			}
+			if _, err := rs.seed.Exec(kill); err != nil {
+				t.Fatalf("%s: %v", kill, err)
+			}
+			db, err := cmdb.Open(ctx, rs.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var other *cmdb.Lock
+			waitFor(t, "another replica to take the lost lock", func() bool {
+				l, ok, err := db.TryLock(ctx, name, cmdb.LockOptions{Keepalive: time.Hour})
+				other = l
+				return err == nil && ok
+			})
+			close(release)
+			waitFor(t, "the build to find its lock lost", func() bool {
+				return testutil.ToFloat64(h.agent.metrics.replica.publishLockLost) == 1
+			})
+			if names := rs.objectNames(); len(names) != 0 {
+				t.Errorf("published while another replica held the lock: %v", names)
+			}
+			if err := other.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cb := h.terminal("job-1")
+			if cb.Field("status") != "BUILT" || cb.Field("object_key") == "" {
+				t.Fatalf("after the lock came back: %v", cb.Body)
+			}
+			if _, err := rs.objects.Stat(ctx, cb.Field("object_key")); err != nil {
+				t.Errorf("object of the BUILT report: %v", err)
+			}
+		})
+	}
 }
