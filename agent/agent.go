@@ -51,9 +51,10 @@ type Agent struct {
 	reloadMu  sync.Mutex
 	// purgeEvery is how often finished jobs past retention are forgotten.
 	purgeEvery time.Duration
-	// orphanAge is how old a local artifact without a database row must be
-	// before the reconcile pass removes it.
-	orphanAge time.Duration
+	// orphansSeen holds, for each local copy the last reconcile pass found
+	// without a database row, when a pass first found it so; only the
+	// reconcile loop uses it.
+	orphansSeen map[string]time.Time
 }
 
 // Notifier sends sd_notify(3) state strings; a no-op outside systemd.
@@ -101,7 +102,6 @@ func New(o Options) *Agent {
 		watchdogInterval: o.Watchdog,
 		abort:            make(chan struct{}),
 		purgeEvery:       defaultPurgeEvery,
-		orphanAge:        cleanupAge,
 	}
 	if a.level == nil {
 		a.level = new(slog.LevelVar)
@@ -179,6 +179,10 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		a.logger.Warn("running WITHOUT the shared token (" + api.InsecureNoToken + "=true): any local process can submit builds")
 	} else if cfg.Master.Token == "" {
 		a.logger.Warn(api.TokenEnv + " is not set: build requests are refused with 503 until it is")
+	}
+	if a.db != nil && a.objects != nil && a.objects.recordKey == nil {
+		a.logger.Warn("artifact_store.record_secret is not set: replicas do not adopt each other's uploads before CubeMaster " +
+			"registers them, and may build the same artifact twice; set the same secret on every replica")
 	}
 	if err := a.recover(ctx); err != nil {
 		return err

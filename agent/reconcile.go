@@ -10,6 +10,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
 // The CLEANUP_PENDING sweep. It deletes artifacts CubeMaster marked for
@@ -42,6 +43,9 @@ type reconcileMetrics struct {
 	deleted prometheus.Counter
 	failed  prometheus.Counter
 	orphans prometheus.Counter
+	// orphansKept counts, at the last pass, the local copies without a row
+	// that were kept, by why.
+	orphansKept *prometheus.GaugeVec
 }
 
 func newReconcileMetrics() reconcileMetrics {
@@ -62,6 +66,11 @@ func newReconcileMetrics() reconcileMetrics {
 			Namespace: namespace, Subsystem: "reconcile", Name: "local_removed_total",
 			Help: "Local artifact copies removed because CubeMaster's database has no row for them.",
 		}),
+		orphansKept: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "reconcile", Name: "local_orphans_kept",
+			Help: "Local artifact copies without a row in CubeMaster's database that the last pass kept, by reason " +
+				"(young: delivered less than replicas.orphan_age ago; unconfirmed: found without a row once so far).",
+		}, []string{"reason"}),
 	}
 	for _, r := range []string{sweepDone, sweepSkipped, sweepFailed} {
 		m.sweeps.WithLabelValues(r)
@@ -70,7 +79,7 @@ func newReconcileMetrics() reconcileMetrics {
 }
 
 func (m reconcileMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.sweeps, m.deleted, m.failed, m.orphans}
+	return []prometheus.Collector{m.sweeps, m.deleted, m.failed, m.orphans, m.orphansKept}
 }
 
 // reconcileLoop sweeps (and removes orphaned local copies) soon after start, then every
@@ -151,46 +160,109 @@ func (a *Agent) sweep(ctx context.Context) {
 	}
 }
 
+// Why a local copy CubeMaster's database has no row for was kept, the
+// reason label of reconcile_local_orphans.
+const (
+	orphanYoung       = "young"
+	orphanUnconfirmed = "unconfirmed"
+)
+
+// orphanPageSize is how many local artifacts one query of the reconcile
+// pass reads.
+const orphanPageSize = 200
+
 // removeOrphans removes this replica's local copies of artifacts that
-// CubeMaster's database has no row for, once no job of this replica still
-// needs them (unfinished, or a report not yet delivered, before which
-// CubeMaster cannot have registered the artifact) and they are older than
-// orphanAge (cleanupAge). Such copies are left by deletes another replica answered. The
-// blob store's object is not touched: deleting it is CubeMaster's call,
-// and another replica may have reported it in a BUILT CubeMaster has not
-// received yet. A database that cannot tell keeps everything.
+// CubeMaster's database has no row for. Such copies are left by deletes
+// another replica answered. A copy goes only when all of these hold:
+//   - its last BUILT report reached CubeMaster at least replicas.orphan_age
+//     ago: CubeMaster registers asynchronously, and replays a BUILT job
+//     whose registration failed, so a young copy may still get its row;
+//   - no job of this replica still needs it (unfinished, or a report not yet
+//     delivered);
+//   - two passes at least a reconcile interval apart found no row, so one
+//     lagging or inconsistent read of the database removes nothing.
+//
+// Without a blob store the copy is the only one: these rules are what keep
+// it. The blob store's object is not touched: deleting it is CubeMaster's
+// call, and another replica may have reported it in a BUILT CubeMaster has
+// not received yet. A database that cannot tell keeps everything.
 func (a *Agent) removeOrphans(ctx context.Context) {
-	recs, err := a.spool.Artifacts(ctx, time.Now().Add(-a.orphanAge), sweepLimit)
-	if err != nil {
-		a.logger.Warn("reconcile: list local artifacts", "err", err)
-		return
-	}
-	for _, rec := range recs {
-		if ctx.Err() != nil {
+	now := time.Now()
+	settings := a.config().Replicas
+	seen := map[string]time.Time{}
+	kept := map[string]int{orphanYoung: 0, orphanUnconfirmed: 0}
+	defer func() {
+		a.orphansSeen = seen
+		for reason, n := range kept {
+			a.metrics.reconcile.orphansKept.WithLabelValues(reason).Set(float64(n))
+		}
+	}()
+	for after := ""; ctx.Err() == nil; {
+		recs, err := a.spool.DeliveredArtifacts(ctx, now, after, orphanPageSize)
+		if err != nil {
+			a.logger.Warn("reconcile: list local artifacts", "err", err)
 			return
 		}
-		if _, err := a.db.Artifact(ctx, rec.ID); !errors.Is(err, cmdb.ErrArtifactNotFound) {
-			if err != nil {
-				a.logger.Warn("reconcile: look up the row of a local artifact", "artifact_id", rec.ID, "err", err)
+		for _, rec := range recs {
+			if ctx.Err() != nil {
+				return
 			}
-			continue
+			if _, err := a.db.Artifact(ctx, rec.ID); !errors.Is(err, cmdb.ErrArtifactNotFound) {
+				if err != nil {
+					a.logger.Warn("reconcile: look up the row of a local artifact", "artifact_id", rec.ID, "err", err)
+					if first, ok := a.orphansSeen[rec.ID]; ok {
+						seen[rec.ID] = first // no answer is no evidence either way
+					}
+				}
+				continue
+			}
+			first, ok := a.orphansSeen[rec.ID]
+			if !ok {
+				first = now
+			}
+			seen[rec.ID] = first
+			switch {
+			case now.Sub(rec.DeliveredAt) < settings.OrphanAge:
+				kept[orphanYoung]++
+				continue
+			case now.Sub(first) < settings.ReconcileInterval:
+				kept[orphanUnconfirmed]++
+				continue
+			}
+			a.removeOrphan(ctx, rec)
+			delete(seen, rec.ID)
 		}
-		if pending, err := a.spool.ArtifactPending(ctx, rec.ID); err != nil || pending {
-			continue
+		if len(recs) < orphanPageSize {
+			return
 		}
-		var rmErr error
-		ran := a.exec.withArtifactIdle(rec.ID, func() {
+		after = recs[len(recs)-1].ID
+	}
+}
+
+// removeOrphan removes one local copy removeOrphans found orphaned, unless
+// a job needs it by now.
+func (a *Agent) removeOrphan(ctx context.Context, rec spool.Artifact) {
+	var rmErr error
+	ran := a.exec.withArtifactIdle(rec.ID, func() {
+		pending, err := a.spool.ArtifactPending(ctx, rec.ID)
+		switch {
+		case err != nil:
+			rmErr = err
+		case pending:
+			rmErr = errArtifactReported
+		default:
 			if rmErr = a.store.RemoveArtifact(rec.ID); rmErr == nil {
 				rmErr = a.spool.DeleteArtifact(ctx, rec.ID)
 			}
-		})
-		switch {
-		case !ran:
-		case rmErr != nil:
-			a.logger.Warn("reconcile: remove orphaned local artifact", "artifact_id", rec.ID, "err", rmErr)
-		default:
-			a.metrics.reconcile.orphans.Inc()
-			a.logger.Info("reconcile: removed local artifact CubeMaster has no row for", "artifact_id", rec.ID, "path", rec.Path)
 		}
+	})
+	switch {
+	case !ran, errors.Is(rmErr, errArtifactReported):
+	case rmErr != nil:
+		a.logger.Warn("reconcile: remove orphaned local artifact", "artifact_id", rec.ID, "err", rmErr)
+	default:
+		a.metrics.reconcile.orphans.Inc()
+		a.logger.Info("reconcile: removed local artifact CubeMaster has no row for", "artifact_id", rec.ID, "path", rec.Path,
+			"delivered_at", rec.DeliveredAt)
 	}
 }

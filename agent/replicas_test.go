@@ -445,8 +445,10 @@ func TestOrphanedLocalCopyRemoved(t *testing.T) {
 	for _, dl := range dbDialects {
 		t.Run(dl.name, func(t *testing.T) {
 			rs := newReplicaSet(t, dl)
-			builder := rs.replica(true, func(c *config.Config) { c.Replicas.ReconcileInterval = 100 * time.Millisecond })
-			builder.agent.orphanAge = 0
+			builder := rs.replica(true, func(c *config.Config) {
+				c.Replicas.ReconcileInterval = 100 * time.Millisecond
+				c.Replicas.OrphanAge = 0
+			})
 			other := rs.replica(true, nil)
 			rs.submit(builder, "job-1", "alpine:3")
 			id := builder.terminal("job-1").Field("artifact_id")
@@ -727,5 +729,122 @@ func TestLostLockWaitsBeforePublish(t *testing.T) {
 				t.Errorf("object of the BUILT report: %v", err)
 			}
 		})
+	}
+}
+
+// TestOrphanAgeCountsFromDelivery: a BUILT report retried across a
+// CubeMaster outage longer than replicas.orphan_age reaches CubeMaster
+// long after the copy was built; CubeMaster then registers it when it can.
+// The copy must survive that: its age counts from the delivery, and it is
+// removed only once its row is gone on two passes an interval apart after
+// the age has passed.
+func TestOrphanAgeCountsFromDelivery(t *testing.T) {
+	dl := dbDialects[0]
+	rs := newReplicaSet(t, dl)
+	const orphanAge = 1500 * time.Millisecond
+	h := rs.replica(false, func(c *config.Config) {
+		c.Replicas.ReconcileInterval = 100 * time.Millisecond
+		c.Replicas.OrphanAge = orphanAge
+	})
+	passes := func(n float64) {
+		t.Helper()
+		done := testutil.ToFloat64(h.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone))
+		waitFor(t, "reconcile passes", func() bool {
+			return testutil.ToFloat64(h.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone)) >= done+n
+		})
+	}
+	h.master.Hold() // CubeMaster down
+	rs.submit(h, "job-1", "alpine:3")
+	j := h.waitJob("job-1", spool.StateBuilt)
+	copyPath := filepath.Join(h.cfg.Store.Dir, j.ArtifactID)
+	time.Sleep(orphanAge + 500*time.Millisecond) // the outage outlasts the age
+	h.master.Release()
+	delivered := time.Now()
+	h.terminal("job-1")
+	passes(3)
+	if _, err := os.Stat(copyPath); err != nil {
+		t.Fatalf("the copy went right after its BUILT was delivered: %v", err)
+	}
+	if n := testutil.ToFloat64(h.agent.metrics.reconcile.orphansKept.WithLabelValues(orphanYoung)); n != 1 {
+		t.Errorf("local_orphans_kept{reason=young} = %v, want 1", n)
+	}
+	// CubeMaster registers it late (its first lock wait timed out, and
+	// its reconciler replayed the job), still inside the age.
+	if _, err := rs.seed.Exec("INSERT INTO t_cube_rootfs_artifact (artifact_id, template_spec_fingerprint, status) VALUES (?, ?, 'READY')",
+		j.ArtifactID, j.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(delivered); d > orphanAge {
+		t.Fatalf("the test registered the row %s after the delivery, past the orphan age: too slow to tell", d)
+	}
+	time.Sleep(orphanAge)
+	passes(2)
+	if _, err := os.Stat(copyPath); err != nil {
+		t.Fatalf("a registered copy was removed: %v", err)
+	}
+	// Another replica deletes it: now the copy is an orphan, and goes.
+	if _, err := rs.seed.Exec("DELETE FROM t_cube_rootfs_artifact WHERE artifact_id = ?", j.ArtifactID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the orphaned copy to go", func() bool { return testutil.ToFloat64(h.agent.metrics.reconcile.orphans) == 1 })
+	if _, err := os.Stat(copyPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("orphaned copy after its removal: %v", err)
+	}
+}
+
+// TestOrphanNeedsTwoSightings: one pass that finds no row (a lagging or
+// inconsistent read) removes nothing; a second pass removes the copy only
+// when it comes at least a reconcile interval after the first, and a row
+// seen again in between starts the count over.
+func TestOrphanNeedsTwoSightings(t *testing.T) {
+	rs := newReplicaSet(t, dbDialects[1])
+	ctx := context.Background()
+	h := rs.replica(true, func(c *config.Config) {
+		c.Replicas.ReconcileDisabled = true // the test runs the passes
+		c.Replicas.OrphanAge = 0
+	})
+	rs.submit(h, "job-1", "alpine:3")
+	id := h.terminal("job-1").Field("artifact_id")
+	copyPath := filepath.Join(h.cfg.Store.Dir, id)
+	setRow := func(present bool) {
+		t.Helper()
+		q := "DELETE FROM t_cube_rootfs_artifact WHERE artifact_id = $1"
+		args := []any{id}
+		if present {
+			q = "INSERT INTO t_cube_rootfs_artifact (artifact_id, template_spec_fingerprint, status) VALUES ($1, $2, 'READY')"
+			args = append(args, "fp-of-"+id)
+		}
+		if _, err := rs.seed.Exec(q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func(want bool, what string) {
+		t.Helper()
+		if _, err := os.Stat(copyPath); (err == nil) != want {
+			t.Fatalf("%s: copy present = %v (%v), want %v", what, err == nil, err, want)
+		}
+	}
+	setRow(false)
+	h.agent.removeOrphans(ctx)
+	kept(true, "first pass without a row")
+	if n := testutil.ToFloat64(h.agent.metrics.reconcile.orphansKept.WithLabelValues(orphanUnconfirmed)); n != 1 {
+		t.Errorf("local_orphans_kept{reason=unconfirmed} = %v, want 1", n)
+	}
+	h.agent.removeOrphans(ctx)
+	kept(true, "a second pass within the reconcile interval")
+	// The row is back on the next read: the earlier sighting is void.
+	setRow(true)
+	h.agent.removeOrphans(ctx)
+	setRow(false)
+	h.agent.removeOrphans(ctx)
+	if first := h.agent.orphansSeen[id]; time.Since(first) > time.Minute {
+		t.Fatalf("first sighting kept across a pass that found the row: %s", first)
+	}
+	// A pass an interval (an hour here) after the first sighting removes it.
+	h.agent.orphansSeen[id] = time.Now().Add(-h.cfg.Replicas.ReconcileInterval)
+	h.agent.removeOrphans(ctx)
+	kept(false, "a pass an interval after the first sighting")
+	if n := testutil.ToFloat64(h.agent.metrics.reconcile.orphans); n != 1 {
+		t.Errorf("local_removed_total = %v, want 1", n)
 	}
 }

@@ -21,6 +21,27 @@ type Artifact struct {
 	// Result holds the BUILT report fields describing the artifact.
 	Result    []byte
 	CreatedAt time.Time
+	// DeliveredAt is when the last BUILT report naming the artifact left
+	// the outbox; zero while none has.
+	DeliveredAt time.Time
+}
+
+// artifactColumns are the columns scanArtifact reads.
+const artifactColumns = "artifact_id, fingerprint, path, sha256, size, mtime_ns, result, created_at, delivered_at"
+
+// scanArtifact reads a row of artifactColumns.
+func scanArtifact(row interface{ Scan(...any) error }) (Artifact, error) {
+	var a Artifact
+	var mtime, created int64
+	var delivered sql.NullInt64
+	if err := row.Scan(&a.ID, &a.Fingerprint, &a.Path, &a.SHA256, &a.Size, &mtime, &a.Result, &created, &delivered); err != nil {
+		return Artifact{}, err
+	}
+	a.ModTime, a.CreatedAt = time.Unix(0, mtime), time.UnixMilli(created)
+	if delivered.Valid {
+		a.DeliveredAt = time.UnixMilli(delivered.Int64)
+	}
+	return a, nil
 }
 
 // PutArtifact records (or replaces) a published artifact.
@@ -39,18 +60,13 @@ func (s *Spool) PutArtifact(ctx context.Context, a Artifact) error {
 // ArtifactByFingerprint returns the artifact published for a fingerprint,
 // or ErrNotFound.
 func (s *Spool) ArtifactByFingerprint(ctx context.Context, fingerprint string) (Artifact, error) {
-	var a Artifact
-	var mtime, created int64
-	err := s.db.QueryRowContext(ctx, `SELECT artifact_id, fingerprint, path, sha256, size, mtime_ns, result, created_at
-		FROM artifacts WHERE fingerprint = ?`, fingerprint).
-		Scan(&a.ID, &a.Fingerprint, &a.Path, &a.SHA256, &a.Size, &mtime, &a.Result, &created)
+	a, err := scanArtifact(s.db.QueryRowContext(ctx, "SELECT "+artifactColumns+" FROM artifacts WHERE fingerprint = ?", fingerprint))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Artifact{}, fmt.Errorf("artifact for fingerprint %s: %w", fingerprint, ErrNotFound)
 	}
 	if err != nil {
 		return Artifact{}, fmt.Errorf("read artifact for fingerprint %s: %w", fingerprint, err)
 	}
-	a.ModTime, a.CreatedAt = time.Unix(0, mtime), time.UnixMilli(created)
 	return a, nil
 }
 
@@ -63,27 +79,27 @@ func (s *Spool) DeleteArtifact(ctx context.Context, id string) error {
 	return nil
 }
 
-// Artifacts lists up to limit recorded artifacts created before cutoff,
-// oldest first.
-func (s *Spool) Artifacts(ctx context.Context, cutoff time.Time, limit int) ([]Artifact, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT artifact_id, fingerprint, path, sha256, size, mtime_ns, result, created_at
-		FROM artifacts WHERE created_at < ? ORDER BY created_at LIMIT ?`, cutoff.UnixMilli(), limit)
+// DeliveredArtifacts lists up to limit recorded artifacts whose last BUILT
+// report left the outbox before cutoff, in artifact id order from after
+// (exclusive; "" for the first page).
+func (s *Spool) DeliveredArtifacts(ctx context.Context, cutoff time.Time, after string, limit int) ([]Artifact, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT "+artifactColumns+` FROM artifacts
+		WHERE delivered_at IS NOT NULL AND delivered_at < ? AND artifact_id > ? ORDER BY artifact_id LIMIT ?`,
+		cutoff.UnixMilli(), after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list artifacts: %w", err)
+		return nil, fmt.Errorf("list delivered artifacts: %w", err)
 	}
 	defer rows.Close()
 	var out []Artifact
 	for rows.Next() {
-		var a Artifact
-		var mtime, created int64
-		if err := rows.Scan(&a.ID, &a.Fingerprint, &a.Path, &a.SHA256, &a.Size, &mtime, &a.Result, &created); err != nil {
-			return nil, fmt.Errorf("list artifacts: %w", err)
+		a, err := scanArtifact(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list delivered artifacts: %w", err)
 		}
-		a.ModTime, a.CreatedAt = time.Unix(0, mtime), time.UnixMilli(created)
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list artifacts: %w", err)
+		return nil, fmt.Errorf("list delivered artifacts: %w", err)
 	}
 	return out, nil
 }

@@ -56,6 +56,12 @@ var migrations = []string{
 	// 3: whether a job's request holds credentials (the WAL is scrubbed
 	// when such a job ends). Rows of older releases may: assume they do.
 	`ALTER TABLE jobs ADD COLUMN secret INTEGER NOT NULL DEFAULT 1;`,
+
+	// 4: when the last BUILT report naming an artifact left the outbox
+	// (Unix ms; NULL: none yet). Artifacts of older releases count from
+	// the upgrade: their delivery time is unknown.
+	`ALTER TABLE artifacts ADD COLUMN delivered_at INTEGER;
+	UPDATE artifacts SET delivered_at = CAST(strftime('%s', 'now') AS INTEGER) * 1000;`,
 }
 
 // version reads the schema version of the open database.

@@ -147,9 +147,20 @@ func (s *Spool) Reports(ctx context.Context, jobID string) ([]Report, error) {
 }
 
 // RemoveReport deletes a report that was delivered or is given up on. A
-// report already superseded is not an error.
+// report already superseded is not an error. When it is a BUILT job's
+// terminal report, its artifact's delivery time (Artifact.DeliveredAt) is
+// set: from then on CubeMaster may register the artifact.
 func (s *Spool) RemoveReport(ctx context.Context, id int64) error {
-	if _, err := s.db.ExecContext(ctx, "DELETE FROM reports WHERE id = ?", id); err != nil {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE artifacts SET delivered_at = ? WHERE artifact_id = (
+			SELECT j.artifact_id FROM reports r JOIN jobs j ON j.job_id = r.job_id
+			WHERE r.id = ? AND r.terminal = 1 AND j.state = ? AND j.artifact_id <> '')`, s.nowMS(), id, StateBuilt); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "DELETE FROM reports WHERE id = ?", id)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("remove report %d: %w", id, err)
 	}
 	return nil

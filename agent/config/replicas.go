@@ -22,11 +22,30 @@ type Replicas struct {
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
 	// ReconcileDisabled turns the sweep off.
 	ReconcileDisabled bool `yaml:"reconcile_disabled"`
+	// OrphanAge is how long after its BUILT report reached CubeMaster a
+	// local copy that CubeMaster's database has no row for is kept before
+	// it is removed (and then only when two sweeps a reconcile interval
+	// apart found no row). It must outlast CubeMaster's own replay of a
+	// BUILT job whose registration failed.
+	OrphanAge time.Duration `yaml:"orphan_age"`
 }
+
+// DefaultOrphanAge is replicas.orphan_age's default: CubeMaster registers
+// an artifact after the BUILT callback, asynchronously, and a BUILT job
+// whose registration failed (its lock wait timed out) is replayed by
+// CubeMaster's job reconciler, which treats a job as stale after an hour
+// and runs every 10 minutes. A day is twenty times that window, and well
+// inside the 7 days CubeMaster keeps an artifact row's gc_deadline.
+const DefaultOrphanAge = 24 * time.Hour
+
+// minOrphanAge is the shortest replicas.orphan_age: below it a copy could
+// go while CubeMaster may still register it.
+const minOrphanAge = 2 * time.Hour
 
 // defaultReplicas is upstream's poll interval and reconcile period.
 func defaultReplicas() Replicas {
-	return Replicas{LockPollInterval: 5 * time.Second, LockKeepalive: 10 * time.Second, ReconcileInterval: 10 * time.Minute}
+	return Replicas{LockPollInterval: 5 * time.Second, LockKeepalive: 10 * time.Second, ReconcileInterval: 10 * time.Minute,
+		OrphanAge: DefaultOrphanAge}
 }
 
 // replicasEnv are the replica settings' environment overrides, under
@@ -58,6 +77,9 @@ func (r *Replicas) validate() []error {
 		if d < 100*time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s: %s is below 100ms", key, d))
 		}
+	}
+	if r.OrphanAge < minOrphanAge {
+		errs = append(errs, fmt.Errorf("replicas.orphan_age: %s is below %s, within CubeMaster's replay of BUILT jobs", r.OrphanAge, minOrphanAge))
 	}
 	return errs
 }

@@ -9,16 +9,26 @@ import (
 
 func TestReplicasDefaultsAndYAML(t *testing.T) {
 	if got, want := Default().Replicas, (Replicas{LockPollInterval: 5 * time.Second, LockKeepalive: 10 * time.Second,
-		ReconcileInterval: 10 * time.Minute}); got != want {
+		ReconcileInterval: 10 * time.Minute, OrphanAge: 24 * time.Hour}); got != want {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}
 	c, warnings, err := Parse(strings.NewReader("replicas:\n  lock_poll_interval: 1s\n  lock_keepalive: 3s\n" +
-		"  reconcile_interval: 2m\n  reconcile_disabled: true\n"))
+		"  reconcile_interval: 2m\n  reconcile_disabled: true\n  orphan_age: 48h\n"))
 	if err != nil || len(warnings) != 0 || c.Validate() != nil {
 		t.Fatalf("Parse = %v, %v, %v", err, warnings, c.Validate())
 	}
-	if want := (Replicas{time.Second, 3 * time.Second, 2 * time.Minute, true}); c.Replicas != want {
+	if want := (Replicas{time.Second, 3 * time.Second, 2 * time.Minute, true, 48 * time.Hour}); c.Replicas != want {
 		t.Errorf("Replicas = %+v, want %+v", c.Replicas, want)
+	}
+}
+
+func TestOrphanAgeFloor(t *testing.T) {
+	c, _, err := Parse(strings.NewReader("replicas:\n  orphan_age: 30m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "replicas.orphan_age") {
+		t.Errorf("orphan_age 30m: Validate = %v, want an error naming replicas.orphan_age", err)
 	}
 }
 
