@@ -124,6 +124,7 @@ func (h *harness) startReplicas(ctx context.Context, db *sql.DB, mdb *dbserver.M
 	extra := fmt.Sprintf(`artifact_store:
   backend: fs
   fs_root: %s
+  record_secret: secret shared by the benchmark replicas
 instance_db_config:
   driver: mysql
   addr: %s

@@ -265,6 +265,8 @@ func (s *replicaSetup) newAgent(name string) *replicaAgent {
 	for k, v := range s3Env(s.s3, s.s3.Endpoint, s.prefix) {
 		h.env[k] = v
 	}
+	// Every replica signs and trusts the same records beside objects.
+	h.env["CUBE_TEMPLATE_CENTER_RECORD_SECRET"] = "record secret shared by the scenario's replicas"
 	return &replicaAgent{name: name, h: h}
 }
 
