@@ -251,3 +251,21 @@ func TestOpen(t *testing.T) {
 		t.Error("Open accepted an unknown backend")
 	}
 }
+
+// TestFSRootUncreatableNamesRoot: a root below a regular file is refused
+// with an error naming the root itself, not only the ancestor mkdir
+// tripped on.
+func TestFSRootUncreatableNamesRoot(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "plain-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(file, "a", "root")
+	_, err := blobstore.NewFS(root)
+	if err == nil {
+		t.Fatalf("NewFS(%s) succeeded below a regular file", root)
+	}
+	if !strings.Contains(err.Error(), root) {
+		t.Errorf("NewFS(%s) = %v; want the error to name the root", root, err)
+	}
+}
