@@ -108,6 +108,10 @@ type Spool struct {
 	// Retention is how long finished jobs are kept for re-submissions and
 	// inspection.
 	Retention time.Duration `yaml:"retention"`
+	// MinFree is kept free on the spool's filesystem: below it /health
+	// is not ready and submits answer 503, before a commit fails on a
+	// full disk.
+	MinFree Reserve `yaml:"min_free"`
 }
 
 // Build tunes the executor and the rootfs builder.
@@ -213,7 +217,7 @@ func Default() *Config {
 		Master: Master{Addr: "http://127.0.0.1:8089", CallbackTimeout: 10 * time.Second,
 			RetryInitial: 500 * time.Millisecond, RetryMax: 30 * time.Second, ProgressAttempts: 6},
 		Store: Store{Dir: "/data/CubeMaster/storage", WorkDir: "/var/cache/cube-templatecenter", MinFree: Reserve{Percent: 5}},
-		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour},
+		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour, MinFree: Reserve{Bytes: 64 << 20}},
 		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second, Timeout: 2 * time.Hour,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
 			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DirectIO: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
