@@ -45,6 +45,8 @@ type Agent struct {
 	// ready is set once the agent serves; stopping once it stops.
 	ready    atomic.Bool
 	stopping atomic.Bool
+	// uploads counts artifact uploads in progress.
+	uploads atomic.Int64
 	// abort cuts a graceful stop short (second SIGTERM).
 	abortOnce sync.Once
 	abort     chan struct{}

@@ -64,6 +64,9 @@ type Common struct {
 	// MaxUploadBytes and UploadTimeout bound POST /tc/api/v1/artifact/upload.
 	MaxUploadBytes ByteSize      `yaml:"max_upload_bytes"`
 	UploadTimeout  time.Duration `yaml:"upload_timeout"`
+	// MaxConcurrentUploads bounds uploads in progress; more are answered
+	// 429 with a Retry-After.
+	MaxConcurrentUploads int `yaml:"max_concurrent_uploads"`
 }
 
 // Log holds logging settings.
@@ -212,7 +215,7 @@ func Default() *Config {
 	return &Config{
 		Common: Common{HTTPBind: "0.0.0.0", HTTPPort: 8090, MaxBodyBytes: 24 << 20,
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: time.Minute,
-			MaxUploadBytes: 64 << 30, UploadTimeout: time.Hour},
+			MaxUploadBytes: 64 << 30, UploadTimeout: time.Hour, MaxConcurrentUploads: 2},
 		Log: Log{Level: "info", Format: "text"},
 		Master: Master{Addr: "http://127.0.0.1:8089", CallbackTimeout: 10 * time.Second,
 			RetryInitial: 500 * time.Millisecond, RetryMax: 30 * time.Second, ProgressAttempts: 6},
@@ -423,6 +426,7 @@ func (c *Config) Validate() error {
 		v, lo, hi int
 	}{
 		{"master.progress_attempts", c.Master.ProgressAttempts, 1, 100},
+		{"common.max_concurrent_uploads", c.Common.MaxConcurrentUploads, 1, 64},
 		{"build.max_concurrent_builds", c.Build.MaxConcurrentBuilds, 1, 64},
 		{"build.queue_size", c.Build.QueueSize, 1, 100000},
 		{"build.max_attempts", c.Build.MaxAttempts, 1, 100},
