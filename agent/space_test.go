@@ -15,6 +15,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/tmpfs"
 )
 
@@ -190,5 +191,53 @@ func TestFullSpoolVolume(t *testing.T) {
 				t.Errorf("job kept: %v", err)
 			}
 		})
+	}
+}
+
+// TestStopPromptWithSpoolDiskFull: the terminal report is delivered while
+// the spool's disk is full, so it cannot leave the outbox. The reporter
+// must not post it again and again, and a stop must end within a few
+// seconds, not wait out shutdown.timeout.
+func TestStopPromptWithSpoolDiskFull(t *testing.T) {
+	dir := tmpfs.Mount(t, "8m")
+	h := newHarness(t, func(c *config.Config) {
+		c.Spool.Path = filepath.Join(dir, "spool.db")
+		c.Spool.MinFree = config.Reserve{}
+		c.Shutdown.Timeout = 30 * time.Second
+	})
+	h.master.Hold()
+	h.start()
+	h.submit("done", "img")
+	h.waitJob("done", spool.StateBuilt)
+	// Once only the terminal report is left, having failed once, fill
+	// the disk and let CubeMaster accept it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		reps, _ := h.sp.Reports(context.Background(), "done")
+		if len(reps) == 1 && reps[0].Terminal && reps[0].Attempts >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox = %+v; want only the terminal report, retried", reps)
+		}
+	}
+	truncateWAL(t, h.cfg.Spool.Path)
+	filler := tmpfs.Fill(t, dir)
+	defer os.Remove(filler)
+	h.master.Release()
+	h.terminal("done")
+	time.Sleep(time.Second)
+	start := time.Now()
+	h.stop()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("stop took %s with the spool disk full; want a few seconds at most", took)
+	}
+	terminal := 0
+	for _, c := range h.master.Callbacks("done") {
+		if c.Terminal() {
+			terminal++
+		}
+	}
+	if terminal < 1 || terminal >= 20 {
+		t.Errorf("terminal report delivered %d times; want at least once and fewer than 20", terminal)
 	}
 }
