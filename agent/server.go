@@ -45,6 +45,16 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
+// refusal is a spool commit refused for want of writable storage.
+type refusal struct {
+	at  time.Time
+	err error
+}
+
+// refusalShown is how long /health reports a refused commit when no submit
+// has committed since.
+const refusalShown = time.Minute
+
 // retryAfter is the Retry-After, in seconds, of answers that a condition
 // on this node (a volume short of space, uploads at their bound) refuses.
 const retryAfter = "30"
@@ -148,11 +158,13 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, "build queue is full")
 	case errors.Is(err, spool.ErrCannotWrite):
 		log.Error("commit job: spool storage refuses writes", "err", err)
+		a.spoolRefused.Store(&refusal{at: time.Now(), err: err})
 		writeUnavailable(w, "commit job: the spool's volume cannot take writes (full, failing or read-only): "+err.Error())
 	case err != nil:
 		log.Error("commit job", "err", err)
 		writeError(w, http.StatusInternalServerError, "commit job: "+err.Error())
 	default:
+		a.spoolRefused.Store(nil)
 		a.metrics.accepted.Inc()
 		a.exec.Wake()
 		log.Info("job accepted", "image", b.Template.SourceImageRef, "template_id", b.Template.TemplateID,
@@ -291,6 +303,12 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	check("spool", a.probe(r.Context(), 2*time.Second))
+	if f := a.spoolRefused.Load(); f != nil && time.Since(f.at) < refusalShown {
+		// A spool that answers may still refuse commits (read-only
+		// filesystem, I/O errors, full below any reserve): every submit
+		// would get 503.
+		check("spool_writes", fmt.Errorf("the spool refused a commit %s ago: %w", time.Since(f.at).Round(time.Second), f.err))
+	}
 	check("store", storeWritable(a.config().Store.Dir))
 	space := map[string]spaceView{}
 	for _, v := range volumes(a.config()) {

@@ -164,14 +164,16 @@ func TestFullSpoolVolume(t *testing.T) {
 			if code != http.StatusServiceUnavailable || retry == "" || !strings.Contains(msg, "spool") {
 				t.Errorf("submit with the spool volume full = %d (Retry-After %q) %q; want 503 with a Retry-After naming the spool", code, retry, msg)
 			}
+			code, body := getHealth(t, h)
 			if tc.reserve.Bytes > 0 {
 				if !strings.Contains(msg, "spool.min_free") {
 					t.Errorf("submit refusal %q does not name spool.min_free", msg)
 				}
-				code, body := getHealth(t, h)
 				if code != http.StatusServiceUnavailable || body.Checks["spool_space"] || !strings.Contains(body.Errors["spool_space"], "spool.min_free") {
 					t.Errorf("health with the spool volume full = %d %+v; want 503 naming spool.min_free", code, body)
 				}
+			} else if code != http.StatusServiceUnavailable || body.Checks["spool_writes"] || !strings.Contains(body.Errors["spool_writes"], "spool") {
+				t.Errorf("health after the spool refused a commit = %d %+v; want 503 with the spool_writes check failing", code, body)
 			}
 			if _, err := h.sp.Job(context.Background(), "refused"); err == nil {
 				t.Error("the refused job is in the spool")
@@ -184,8 +186,9 @@ func TestFullSpoolVolume(t *testing.T) {
 			if cb := h.terminal("kept"); cb.Field("status") != "BUILT" {
 				t.Errorf("job accepted before the disk filled ended %v, want BUILT", cb.Body)
 			}
-			if code, _ := getHealth(t, h); code != http.StatusOK {
-				t.Errorf("health after space came back = %d, want 200", code)
+			h.submit("retried", "registry.test/app:v1")
+			if code, body := getHealth(t, h); code != http.StatusOK {
+				t.Errorf("health after space came back and a submit committed = %d %+v, want 200", code, body)
 			}
 			if _, err := h.sp.Job(context.Background(), "kept"); err != nil {
 				t.Errorf("job kept: %v", err)
