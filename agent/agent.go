@@ -45,6 +45,11 @@ type Agent struct {
 	// ready is set once the agent serves; stopping once it stops.
 	ready    atomic.Bool
 	stopping atomic.Bool
+	// uploads counts artifact uploads in progress.
+	uploads atomic.Int64
+	// spoolRefused is the last submit commit the spool's storage refused,
+	// shown by /health until a commit succeeds or it grows old.
+	spoolRefused atomic.Pointer[refusal]
 	// abort cuts a graceful stop short (second SIGTERM).
 	abortOnce sync.Once
 	abort     chan struct{}

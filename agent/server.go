@@ -45,6 +45,27 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
+// refusal is a spool commit refused for want of writable storage.
+type refusal struct {
+	at  time.Time
+	err error
+}
+
+// refusalShown is how long /health reports a refused commit when no submit
+// has committed since.
+const refusalShown = time.Minute
+
+// retryAfter is the Retry-After, in seconds, of answers that a condition
+// on this node (a volume short of space, uploads at their bound) refuses.
+const retryAfter = "30"
+
+// writeUnavailable answers 503 with a Retry-After: CubeMaster retries it,
+// where a 500 would fail the job for good.
+func writeUnavailable(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", retryAfter)
+	writeError(w, http.StatusServiceUnavailable, msg)
+}
+
 // authorized applies the shared-token rule, reading the policy per request.
 func (a *Agent) authorized(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -99,6 +120,16 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := a.logger.With("job_id", b.JobID)
+	// Refuse before trying rather than fail the commit: a 503 is retried
+	// by CubeMaster, a 500 is final.
+	spoolVol := volumeNamed(a.config(), "spool")
+	if sp, err := spoolVol.space(); err == nil {
+		if err := spoolVol.belowReserve(sp); err != nil {
+			log.Warn("spool volume below its reserve, refusing job", "err", err)
+			writeUnavailable(w, "cannot accept jobs: "+err.Error())
+			return
+		}
+	}
 	// The commit must not depend on the caller staying connected: a job
 	// committed but unacknowledged is re-sent by CubeMaster and gets a 409.
 	ctx := context.WithoutCancel(r.Context())
@@ -110,6 +141,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrJobExists) && job.State.Terminal():
 		if err := a.spool.Resend(ctx, b.JobID); err != nil {
 			log.Error("resend terminal report", "err", err)
+			if errors.Is(err, spool.ErrCannotWrite) {
+				writeUnavailable(w, "resend result of finished job: "+err.Error())
+				return
+			}
 			writeError(w, http.StatusInternalServerError, "resend result of finished job: "+err.Error())
 			return
 		}
@@ -121,10 +156,15 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrQueueFull):
 		log.Warn("build queue is full, refusing job", "queue_size", a.config().Build.QueueSize)
 		writeError(w, http.StatusTooManyRequests, "build queue is full")
+	case errors.Is(err, spool.ErrCannotWrite):
+		log.Error("commit job: spool storage refuses writes", "err", err)
+		a.spoolRefused.Store(&refusal{at: time.Now(), err: err})
+		writeUnavailable(w, "commit job: the spool's volume cannot take writes (full, failing or read-only): "+err.Error())
 	case err != nil:
 		log.Error("commit job", "err", err)
 		writeError(w, http.StatusInternalServerError, "commit job: "+err.Error())
 	default:
+		a.spoolRefused.Store(nil)
 		a.metrics.accepted.Inc()
 		a.exec.Wake()
 		log.Info("job accepted", "image", b.Template.SourceImageRef, "template_id", b.Template.TemplateID,
@@ -263,21 +303,24 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	check("spool", a.probe(r.Context(), 2*time.Second))
+	if f := a.spoolRefused.Load(); f != nil && time.Since(f.at) < refusalShown {
+		// A spool that answers may still refuse commits (read-only
+		// filesystem, I/O errors, full below any reserve): every submit
+		// would get 503.
+		check("spool_writes", fmt.Errorf("the spool refused a commit %s ago: %w", time.Since(f.at).Round(time.Second), f.err))
+	}
 	check("store", storeWritable(a.config().Store.Dir))
 	space := map[string]spaceView{}
 	for _, v := range volumes(a.config()) {
-		sp, err := rootfs.StoreSpace(v.dir, v.limits)
+		sp, err := v.space()
 		if err != nil {
 			check(v.name+"_space", err)
 			continue
 		}
 		space[v.name] = spaceView{Dir: v.dir, SizeBytes: sp.Size, FreeBytes: sp.Free, ReserveBytes: sp.Reserve}
-		if sp.Free < sp.Reserve {
-			// Every build would fail on store.min_free: not ready.
-			check(v.name+"_space", fmt.Errorf("%d bytes free, below the %d kept free by %s", sp.Free, sp.Reserve, rootfs.LimitMinFree))
-		} else {
-			check(v.name+"_space", nil)
-		}
+		// Below its reserve every build (store, work_dir) or every
+		// submit (spool) would fail: not ready.
+		check(v.name+"_space", v.belowReserve(sp))
 	}
 	if a.objects != nil {
 		// The S3 backend falls back to local artifacts when the bucket

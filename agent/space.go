@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 
@@ -25,18 +28,57 @@ func BuilderLimits(cfg *config.Config) rootfs.Limits {
 type volume struct {
 	name string
 	dir  string
-	// limits give the reserve kept free (the store's store.min_free; none
-	// for the spool).
+	// limits give the reserve kept free; key is the setting that sizes it.
 	limits rootfs.Limits
+	key    string
 }
 
-// volumes are the store (where images are written, with its reserve) and
-// the spool's directory.
+// volumes are the store (where images are written), the spool's directory
+// and the work directory (layer cache, scratch files), each with the
+// reserve kept free on it.
 func volumes(cfg *config.Config) []volume {
-	return []volume{
-		{name: "store", dir: cfg.Store.Dir, limits: BuilderLimits(cfg)},
-		{name: "spool", dir: filepath.Dir(cfg.Spool.Path)},
+	reserve := func(r config.Reserve) rootfs.Limits {
+		return rootfs.Limits{MinFreeBytes: int64(r.Bytes), MinFreePercent: r.Percent}
 	}
+	return []volume{
+		{name: "store", dir: cfg.Store.Dir, limits: BuilderLimits(cfg), key: rootfs.LimitMinFree},
+		{name: "spool", dir: filepath.Dir(cfg.Spool.Path), limits: reserve(cfg.Spool.MinFree), key: "spool.min_free"},
+		// Builds fill the layer cache before the store: the same reserve.
+		{name: "work_dir", dir: cfg.Store.WorkDir, limits: reserve(cfg.Store.MinFree), key: rootfs.LimitMinFree},
+	}
+}
+
+// space measures v's filesystem. A directory not created yet (the work
+// directory before its first build) is measured on its nearest existing
+// parent: the filesystem it will be created on.
+func (v volume) space() (rootfs.Space, error) {
+	dir := v.dir
+	for {
+		sp, err := rootfs.StoreSpace(dir, v.limits)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || filepath.Dir(dir) == dir {
+			return sp, err
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// belowReserve returns an error naming v and its setting when sp has less
+// free than v keeps in reserve.
+func (v volume) belowReserve(sp rootfs.Space) error {
+	if sp.Free >= sp.Reserve {
+		return nil
+	}
+	return fmt.Errorf("%s volume %s: %d bytes free, below the %d kept free by %s", v.name, v.dir, sp.Free, sp.Reserve, v.key)
+}
+
+// volumeNamed returns the volume called name.
+func volumeNamed(cfg *config.Config, name string) volume {
+	for _, v := range volumes(cfg) {
+		if v.name == name {
+			return v
+		}
+	}
+	panic("agent: no volume " + name)
 }
 
 // spaceCollector reports the room on the agent's volumes once per scrape.
@@ -55,7 +97,7 @@ func newSpaceCollector(cfg func() *config.Config, logger *slog.Logger) *spaceCol
 		logger:  logger,
 		size:    desc("size_bytes", "Size of the filesystem holding the volume (store, spool)."),
 		free:    desc("free_bytes", "Bytes the agent may still write on the volume's filesystem."),
-		reserve: desc("reserve_bytes", "Bytes builds keep free on the volume's filesystem (store.min_free)."),
+		reserve: desc("reserve_bytes", "Bytes kept free on the volume's filesystem (store.min_free, spool.min_free)."),
 		ok:      desc("scrape_success", "Whether this scrape measured the volume's filesystem (1) or not (0)."),
 	}
 }
@@ -70,7 +112,7 @@ func (c *spaceCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *spaceCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, v := range volumes(c.config()) {
-		sp, err := rootfs.StoreSpace(v.dir, v.limits)
+		sp, err := v.space()
 		if err != nil {
 			c.logger.Warn("measure volume", "volume", v.name, "err", err)
 			ch <- prometheus.MustNewConstMetric(c.ok, prometheus.GaugeValue, 0, v.name)

@@ -8,7 +8,9 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
@@ -31,6 +33,25 @@ type uploadReply struct {
 // already in place is kept ("reused").
 func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	cfg := a.config()
+	// Each upload holds a connection, a file being written and disk
+	// bandwidth for as long as it streams: bound them.
+	if n := a.uploads.Add(1); n > int64(cfg.Common.MaxConcurrentUploads) {
+		a.uploads.Add(-1)
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d uploads in progress (common.max_concurrent_uploads)", n-1))
+		return
+	}
+	defer a.uploads.Add(-1)
+	// Refuse before reading a byte when the store is below its reserve,
+	// or the body would take it there.
+	store := volumeNamed(cfg, "store")
+	if sp, err := store.space(); err == nil {
+		if err := store.belowReserve(rootfs.Space{Size: sp.Size, Free: sp.Free - max(r.ContentLength, 0), Reserve: sp.Reserve}); err != nil {
+			a.logger.Warn("upload refused: store short of space", "err", err, "content_length", r.ContentLength)
+			writeNoSpace(w, "upload of "+strconv.FormatInt(r.ContentLength, 10)+" bytes refused: "+err.Error())
+			return
+		}
+	}
 	// The server's read and write timeouts are sized for build requests; an
 	// image upload is a stream that may take far longer.
 	rc := http.NewResponseController(w)
@@ -104,6 +125,46 @@ func uploadTooBig(err error) (string, bool) {
 	return "", false
 }
 
+// errBelowReserve stops an upload whose writes took the store below
+// store.min_free.
+var errBelowReserve = errors.New("store below its reserve")
+
+// reserveCheckEvery is how many bytes an upload writes between two looks at
+// the store's free space: small beside any reserve worth setting, large
+// beside a statfs call.
+const reserveCheckEvery = 1 << 20
+
+// reserveWriter writes an upload to the store and stops it once the store
+// falls below its reserve (a body without Content-Length, another writer
+// filling the disk meanwhile).
+type reserveWriter struct {
+	w       io.Writer
+	vol     volume
+	written int64
+	checked int64
+}
+
+func (rw *reserveWriter) Write(p []byte) (int, error) {
+	if rw.written-rw.checked >= reserveCheckEvery || rw.written == 0 {
+		rw.checked = rw.written
+		if sp, err := rw.vol.space(); err == nil {
+			if err := rw.vol.belowReserve(rootfs.Space{Size: sp.Size, Free: sp.Free - int64(len(p)), Reserve: sp.Reserve}); err != nil {
+				return 0, fmt.Errorf("%w: %w", errBelowReserve, err)
+			}
+		}
+	}
+	n, err := rw.w.Write(p)
+	rw.written += int64(n)
+	return n, err
+}
+
+// writeNoSpace answers 507 with a Retry-After: the store cannot take the
+// upload now, and may once space is freed.
+func writeNoSpace(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", retryAfter)
+	writeError(w, http.StatusInsufficientStorage, msg)
+}
+
 // receiveArtifact streams one file part into the store. The file is written
 // and hashed, and an image already in place compared, before the artifact
 // lock is taken: the lock, which build starts wait on, covers the rename
@@ -120,10 +181,16 @@ func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id strin
 			a.store.Discard(f, id)
 		}
 	}()
-	sum, size, err := rootfs.CopyHashed(r.Context(), f, part)
+	guard := &reserveWriter{w: f, vol: volumeNamed(a.config(), "store")}
+	sum, size, err := rootfs.CopyHashed(r.Context(), guard, part)
 	if err != nil {
 		if msg, ok := uploadTooBig(err); ok {
 			writeError(w, http.StatusRequestEntityTooLarge, msg)
+			return
+		}
+		if errors.Is(err, errBelowReserve) || errors.Is(err, syscall.ENOSPC) {
+			a.logger.Warn("upload stopped: store short of space", "artifact_id", id, "written", guard.written, "err", err)
+			writeNoSpace(w, "store upload: "+err.Error())
 			return
 		}
 		writeError(w, http.StatusInternalServerError, "store upload: "+err.Error())

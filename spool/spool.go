@@ -14,7 +14,7 @@ import (
 	"time"
 
 	// The cgo SQLite driver registers itself as "sqlite3".
-	_ "github.com/mattn/go-sqlite3"
+	"github.com/mattn/go-sqlite3"
 )
 
 // Sentinel errors callers branch on.
@@ -30,6 +30,10 @@ var (
 	ErrFinished = errors.New("job already finished")
 	// ErrCorrupt means the database file failed its integrity check.
 	ErrCorrupt = errors.New("spool is corrupt")
+	// ErrCannotWrite means the spool's storage refused a write (disk
+	// full, I/O error, read-only): nothing was committed, and the same
+	// write may succeed once the operator fixes the volume.
+	ErrCannotWrite = errors.New("spool storage cannot take writes")
 )
 
 // Spool is an open spool database. It is safe for concurrent use.
@@ -253,16 +257,31 @@ func (s *Spool) durableTx(ctx context.Context, fn func(*sql.Tx) error) error {
 func txOn(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+		return storageError(fmt.Errorf("begin transaction: %w", err))
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return err
+		return storageError(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit transaction: %w", err)
+		return storageError(fmt.Errorf("commit transaction: %w", err))
 	}
 	return nil
+}
+
+// storageError marks err with ErrCannotWrite when SQLite failed for want
+// of writable storage rather than for anything in the data, so callers
+// can answer "try again later" instead of a final failure.
+func storageError(err error) error {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code {
+	case sqlite3.ErrFull, sqlite3.ErrIoErr, sqlite3.ErrReadonly, sqlite3.ErrCantOpen:
+		return fmt.Errorf("%w: %w", ErrCannotWrite, err)
+	}
+	return err
 }
 
 func (s *Spool) nowMS() int64 { return s.now().UnixMilli() }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/tmpfs"
 )
 
 func openTest(t testing.TB) *Spool {
@@ -635,4 +637,29 @@ func filesWith(t testing.TB, s *Spool, needle string) []string {
 		}
 	}
 	return in
+}
+
+// TestFullDiskIsCannotWrite: with the spool's filesystem full, a commit
+// fails with ErrCannotWrite (a condition of the volume, worth a retry),
+// and the jobs committed before are intact.
+func TestFullDiskIsCannotWrite(t *testing.T) {
+	dir := tmpfs.Mount(t, "4m")
+	s := openAt(t, filepath.Join(dir, "spool.db"))
+	mustEnqueue(t, s, "before")
+	// An empty WAL makes the next commit grow it on the full disk.
+	if _, err := s.db.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	tmpfs.Fill(t, dir)
+	_, err := s.Enqueue(context.Background(), "after", []byte(`{}`), false, 100)
+	if !errors.Is(err, ErrCannotWrite) {
+		t.Fatalf("Enqueue on a full disk = %v, want ErrCannotWrite", err)
+	}
+	if j, err := s.Job(context.Background(), "before"); err != nil || j.State != StateQueued {
+		t.Errorf("Job(before) = %+v, %v; want it queued still", j, err)
+	}
+	// A constraint failure is about the data, not the volume.
+	if err := s.AddReport(context.Background(), "before", Report{}); errors.Is(err, ErrCannotWrite) {
+		t.Errorf("AddReport with an empty kind = %v; not a storage failure", err)
+	}
 }

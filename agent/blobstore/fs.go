@@ -44,7 +44,9 @@ func NewFS(root string) (*FS, error) {
 		return nil, fmt.Errorf("fs blob store: root %q is not an absolute path", root)
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, fmt.Errorf("fs blob store: create root: %w", err)
+		// MkdirAll's error names the ancestor it tripped on, which may be
+		// far from the root the operator configured: name the root too.
+		return nil, fmt.Errorf("fs blob store: create root %s: %w", root, err)
 	}
 	return &FS{root: filepath.Clean(root)}, nil
 }

@@ -280,3 +280,21 @@ func TestFSAbortIncompleteSparesYoungerTemps(t *testing.T) {
 		t.Errorf("a temporary file older than the cutoff was kept: %v", err)
 	}
 }
+
+// TestFSRootUncreatableNamesRoot: a root below a regular file is refused
+// with an error naming the root itself, not only the ancestor mkdir
+// tripped on.
+func TestFSRootUncreatableNamesRoot(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "plain-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(file, "a", "root")
+	_, err := blobstore.NewFS(root)
+	if err == nil {
+		t.Fatalf("NewFS(%s) succeeded below a regular file", root)
+	}
+	if !strings.Contains(err.Error(), root) {
+		t.Errorf("NewFS(%s) = %v; want the error to name the root", root, err)
+	}
+}

@@ -66,6 +66,11 @@ type class struct {
 // temporary; NoSuchBucket, AccessDenied and the other 4xx are permanent.
 func classify(err error) class {
 	var c class
+	if errors.Is(err, errStalled) {
+		// Our own cancellation of a request that stopped moving: the
+		// next attempt opens a fresh connection.
+		return class{kind: ErrUnreachable, temporary: true}
+	}
 	switch {
 	case errors.Is(err, context.Canceled):
 		c.contextErr = context.Canceled

@@ -37,6 +37,10 @@ const (
 	// abortTimeout bounds the cleanup of a failed multipart upload, which
 	// runs even when the caller's ctx is done.
 	abortTimeout = 30 * time.Second
+	// DefaultPartStallTimeout is how long a part upload may make no
+	// progress (no body read, or no answer after the last byte) before
+	// it is cancelled and retried.
+	DefaultPartStallTimeout = 2 * time.Minute
 )
 
 // S3Options configure the S3 backend. Zero values take the Default* constants.
@@ -65,6 +69,10 @@ type S3Options struct {
 	Attempts int
 	// RetryInitial and RetryMax shape the exponential backoff.
 	RetryInitial, RetryMax time.Duration
+	// PartStallTimeout cancels a part upload (or a single PUT) that makes
+	// no progress this long, so that a connection the server stopped
+	// serving is retried instead of holding the upload forever.
+	PartStallTimeout time.Duration
 	// Transport replaces the HTTP transport (custom CAs, tests).
 	Transport http.RoundTripper
 }
@@ -92,6 +100,7 @@ type S3 struct {
 	partSize    int64
 	concurrency int
 	retry       retryPolicy
+	stall       time.Duration
 }
 
 var _ Store = (*S3)(nil)
@@ -124,6 +133,9 @@ func NewS3(opts S3Options) (*S3, error) {
 	if opts.RetryMax < opts.RetryInitial {
 		opts.RetryMax = max(DefaultRetryMax, opts.RetryInitial)
 	}
+	if opts.PartStallTimeout <= 0 {
+		opts.PartStallTimeout = DefaultPartStallTimeout
+	}
 	lookup := minio.BucketLookupAuto
 	if opts.UsePathStyle {
 		lookup = minio.BucketLookupPath
@@ -140,7 +152,7 @@ func NewS3(opts S3Options) (*S3, error) {
 		return nil, fmt.Errorf("s3 client: %s", scrub(err.Error(), opts.SecretAccessKey))
 	}
 	return &S3{core: minio.Core{Client: client}, bucket: opts.Bucket, secret: opts.SecretAccessKey,
-		partSize: opts.PartSize, concurrency: opts.Concurrency,
+		partSize: opts.PartSize, concurrency: opts.Concurrency, stall: opts.PartStallTimeout,
 		retry: retryPolicy{attempts: opts.Attempts, initial: opts.RetryInitial, max: opts.RetryMax}}, nil
 }
 
@@ -233,8 +245,9 @@ func (s *S3) putSingle(ctx context.Context, key string, v *verifier, size int64,
 		return err
 	}
 	return s.retry.do(ctx, func(ctx context.Context) error {
-		_, err := s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(buf), size, "", "", putOptions(sha256hex))
-		return err
+		ctx, body, stop := s.guardStall(ctx, buf)
+		_, err := s.core.PutObject(ctx, s.bucket, key, body, size, "", "", putOptions(sha256hex))
+		return stop(err)
 	})
 }
 
@@ -293,10 +306,11 @@ func (s *S3) putMultipart(ctx context.Context, key string, v *verifier, size, pa
 			defer wg.Done()
 			defer func() { free <- buf }()
 			err := s.retry.do(uctx, func(ctx context.Context) error {
-				p, err := s.core.PutObjectPart(ctx, s.bucket, key, uploadID, num, bytes.NewReader(data),
+				ctx, body, stop := s.guardStall(ctx, data)
+				p, err := s.core.PutObjectPart(ctx, s.bucket, key, uploadID, num, body,
 					int64(len(data)), minio.PutObjectPartOptions{})
 				parts[num-1] = minio.CompletePart{PartNumber: num, ETag: p.ETag}
-				return err
+				return stop(err)
 			})
 			if err != nil {
 				setErr(err)
@@ -318,6 +332,43 @@ func (s *S3) putMultipart(ctx context.Context, key string, v *verifier, size, pa
 		_, err := s.core.CompleteMultipartUpload(ctx, s.bucket, key, uploadID, parts, putOptions(sha256hex))
 		return err
 	})
+}
+
+// errStalled marks a request cancelled for making no progress; classify
+// treats it as temporary, so the attempt is retried.
+var errStalled = errors.New("no progress")
+
+// guardStall returns a ctx for one request sending data, the body to send,
+// and stop, which ends the guard and turns the request's error into a
+// stall error when the guard cancelled it. The guard cancels ctx once the
+// body has not been read for s.stall: the server stopped taking data, or,
+// after the last byte, stopped answering.
+func (s *S3) guardStall(ctx context.Context, data []byte) (context.Context, io.Reader, func(error) error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(s.stall, func() { cancel(errStalled) })
+	body := &stallReader{Reader: bytes.NewReader(data), timer: timer, stall: s.stall}
+	return ctx, body, func(err error) error {
+		timer.Stop()
+		stalled := errors.Is(context.Cause(ctx), errStalled)
+		cancel(nil)
+		if err != nil && stalled {
+			return fmt.Errorf("request made no progress for %s: %w", s.stall, errStalled)
+		}
+		return err
+	}
+}
+
+// stallReader re-arms its timer on every read. It keeps bytes.Reader's
+// Seek, so the client can still rewind the body.
+type stallReader struct {
+	*bytes.Reader
+	timer *time.Timer
+	stall time.Duration
+}
+
+func (r *stallReader) Read(p []byte) (int, error) {
+	r.timer.Reset(r.stall)
+	return r.Reader.Read(p)
 }
 
 // abortUpload aborts a failed multipart upload, even when ctx is done. S3

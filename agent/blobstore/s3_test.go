@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -430,5 +433,55 @@ func TestS3AbortIncompleteSparesYoungerUploads(t *testing.T) {
 	}
 	if ids := incomplete(t, srv, key); len(ids) != 0 {
 		t.Errorf("upload %s started before the cutoff survived AbortIncomplete: %v", stale, ids)
+	}
+}
+
+// TestS3PartStallIsRetried puts a proxy in front of the server that takes
+// the first request for part 2 and then neither reads it nor answers, as a
+// connection the server stopped serving does. The part must be cancelled
+// after the stall timeout and retried, and the upload complete, instead of
+// waiting forever.
+func TestS3PartStallIsRetried(t *testing.T) {
+	srv := s3srv.Get(t)
+	target, err := url.Parse(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	var stalled atomic.Int64
+	release := make(chan struct{})
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && r.URL.Query().Get("partNumber") == "2" && stalled.Add(1) == 1 {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	defer close(release)
+	opts := testS3Options(srv)
+	opts.Endpoint = proxy.URL
+	opts.PartStallTimeout = time.Second
+	s, err := blobstore.NewS3(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "stalled-part.ext4"
+	size := int64(3 * blobstore.MinPartSize)
+	// The test's own bound: far above the stall timeout, far below forever.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Put(ctx, key, newStreamReader(size, 21), size, streamSHA256(t, size, 21)); err != nil {
+		t.Fatalf("Put through a proxy stalling part 2 = %v after %s; want the part retried and the upload done", err, time.Since(start))
+	}
+	if n := stalled.Load(); n < 2 {
+		t.Errorf("part 2 was sent %d times; want the stalled attempt and a retry", n)
+	}
+	if info, err := s.Stat(context.Background(), key); err != nil || info.Size != size {
+		t.Errorf("Stat after the upload = %+v, %v; want %d bytes", info, err, size)
 	}
 }

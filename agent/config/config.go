@@ -64,6 +64,9 @@ type Common struct {
 	// MaxUploadBytes and UploadTimeout bound POST /tc/api/v1/artifact/upload.
 	MaxUploadBytes ByteSize      `yaml:"max_upload_bytes"`
 	UploadTimeout  time.Duration `yaml:"upload_timeout"`
+	// MaxConcurrentUploads bounds uploads in progress; more are answered
+	// 429 with a Retry-After.
+	MaxConcurrentUploads int `yaml:"max_concurrent_uploads"`
 }
 
 // Log holds logging settings.
@@ -108,6 +111,10 @@ type Spool struct {
 	// Retention is how long finished jobs are kept for re-submissions and
 	// inspection.
 	Retention time.Duration `yaml:"retention"`
+	// MinFree is kept free on the spool's filesystem: below it /health
+	// is not ready and submits answer 503, before a commit fails on a
+	// full disk.
+	MinFree Reserve `yaml:"min_free"`
 }
 
 // Build tunes the executor and the rootfs builder.
@@ -208,12 +215,12 @@ func Default() *Config {
 	return &Config{
 		Common: Common{HTTPBind: "0.0.0.0", HTTPPort: 8090, MaxBodyBytes: 24 << 20,
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute, WriteTimeout: time.Minute,
-			MaxUploadBytes: 64 << 30, UploadTimeout: time.Hour},
+			MaxUploadBytes: 64 << 30, UploadTimeout: time.Hour, MaxConcurrentUploads: 2},
 		Log: Log{Level: "info", Format: "text"},
 		Master: Master{Addr: "http://127.0.0.1:8089", CallbackTimeout: 10 * time.Second,
 			RetryInitial: 500 * time.Millisecond, RetryMax: 30 * time.Second, ProgressAttempts: 6},
 		Store: Store{Dir: "/data/CubeMaster/storage", WorkDir: "/var/cache/cube-templatecenter", MinFree: Reserve{Percent: 5}},
-		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour},
+		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour, MinFree: Reserve{Bytes: 64 << 20}},
 		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second, Timeout: 2 * time.Hour,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
 			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DirectIO: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
@@ -419,6 +426,7 @@ func (c *Config) Validate() error {
 		v, lo, hi int
 	}{
 		{"master.progress_attempts", c.Master.ProgressAttempts, 1, 100},
+		{"common.max_concurrent_uploads", c.Common.MaxConcurrentUploads, 1, 64},
 		{"build.max_concurrent_builds", c.Build.MaxConcurrentBuilds, 1, 64},
 		{"build.queue_size", c.Build.QueueSize, 1, 100000},
 		{"build.max_attempts", c.Build.MaxAttempts, 1, 100},

@@ -96,6 +96,8 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		"build:\n  stall_timeout: 0s\n":                    "build.stall_timeout",
 		"registry:\n  deny_networks: [10.0.0/8]\n":         `registry.deny_networks: "10.0.0/8" is not a CIDR`,
 		"registry:\n  allow_networks: [127.0.0.1]\n":       `registry.allow_networks: "127.0.0.1" is not a CIDR`,
+		"common:\n  max_concurrent_uploads: 0\n":           "common.max_concurrent_uploads",
+		"spool:\n  min_free: 120%\n":                       "120%",
 	}
 	for doc, want := range cases {
 		c, _, err := Parse(strings.NewReader(doc))
@@ -175,5 +177,21 @@ func TestByteSize(t *testing.T) {
 	}
 	if s := ByteSize(20 << 30).String(); s != "20GiB" {
 		t.Errorf("String = %s", s)
+	}
+}
+
+// TestSpoolReserveAndUploadBound: spool.min_free and
+// common.max_concurrent_uploads have working defaults and parse.
+func TestSpoolReserveAndUploadBound(t *testing.T) {
+	c := Default()
+	if c.Spool.MinFree != (Reserve{Bytes: 64 << 20}) || c.Common.MaxConcurrentUploads != 2 {
+		t.Errorf("defaults: spool.min_free %s, common.max_concurrent_uploads %d; want 64MiB and 2", c.Spool.MinFree, c.Common.MaxConcurrentUploads)
+	}
+	c, _, err := Parse(strings.NewReader("spool:\n  min_free: 3%\ncommon:\n  max_concurrent_uploads: 5\n"))
+	if err != nil || c.Validate() != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if c.Spool.MinFree != (Reserve{Percent: 3}) || c.Common.MaxConcurrentUploads != 5 {
+		t.Errorf("parsed spool.min_free %s, common.max_concurrent_uploads %d; want 3%% and 5", c.Spool.MinFree, c.Common.MaxConcurrentUploads)
 	}
 }

@@ -65,7 +65,41 @@ type Reporter struct {
 	// workers bounds concurrent deliveries (to different jobs).
 	workers int
 	now     func() time.Time
+	// holds remembers reports whose outbox bookkeeping failed (a full or
+	// failing spool disk): until it lands, the outbox still shows them
+	// due, and only this keeps them from being sent again at once.
+	holdMu sync.Mutex
+	holds  map[int64]*hold
+	// failLog rate-limits the errors of a spool that keeps failing.
+	failLog *limiter
 }
+
+// hold is what the reporter remembers of a report whose bookkeeping in the
+// outbox failed.
+type hold struct {
+	// until: the report is not looked at again before.
+	until time.Time
+	// settled: it was delivered (or dropped); only its removal is owed,
+	// never another POST while the process runs.
+	settled bool
+	// failures counts bookkeeping failures in a row, for the backoff.
+	failures int
+	// attempts counts delivery attempts the outbox did not record.
+	attempts int
+}
+
+// staleHold is how long a hold outlives its end when its report never
+// comes up again (superseded or removed meanwhile).
+const staleHold = time.Hour
+
+// minLook is the shortest wait between two looks at an outbox whose due
+// reports are all held, so that no state the reporter did not foresee can
+// turn the loop into a spin.
+const minLook = 50 * time.Millisecond
+
+// failLogEvery is the interval at which one kind of bookkeeping failure
+// is logged; the lines in between are counted, not written.
+const failLogEvery = 10 * time.Second
 
 // New returns a reporter; call Run to start delivering.
 func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe Observer) *Reporter {
@@ -91,6 +125,8 @@ func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe O
 		wake:    make(chan struct{}, 1),
 		workers: workers,
 		now:     time.Now,
+		holds:   map[int64]*hold{},
+		failLog: newLimiter(failLogEvery),
 	}
 }
 
@@ -104,15 +140,15 @@ func (r *Reporter) Wake() {
 
 // Run delivers reports until ctx ends.
 func (r *Reporter) Run(ctx context.Context) {
+	failures := 0
 	for {
 		if err := r.DeliverDue(ctx); err != nil && ctx.Err() == nil {
-			r.logger.Error("deliver reports", "err", err)
+			failures++
+			r.logFailure(r.logger, "deliver reports", "err", err)
+		} else {
+			failures = 0
 		}
-		wait := time.Minute
-		if next, ok, err := r.outbox.NextDue(ctx); err == nil && ok {
-			wait = min(max(next.Sub(r.now()), 0), time.Minute)
-		}
-		timer := time.NewTimer(wait)
+		timer := time.NewTimer(r.nextLook(ctx, failures))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -122,6 +158,30 @@ func (r *Reporter) Run(ctx context.Context) {
 		}
 		timer.Stop()
 	}
+}
+
+// nextLook is the wait before the next look at the outbox: backing off
+// while reading it fails, until the earliest due report otherwise, and
+// until the earliest hold ends when every due report is held.
+func (r *Reporter) nextLook(ctx context.Context, failures int) time.Duration {
+	if failures > 0 {
+		s := r.settings()
+		return backoff(failures-1, s.RetryInitial, s.RetryMax)
+	}
+	next, ok, err := r.outbox.NextDue(ctx)
+	if err != nil || !ok {
+		return time.Minute
+	}
+	now := r.now()
+	wait := next.Sub(now)
+	if wait > 0 {
+		return min(wait, time.Minute)
+	}
+	// DeliverDue returned with reports due: they are all held.
+	if end, ok := r.holdsEnd(); ok {
+		wait = end.Sub(now)
+	}
+	return min(max(wait, minLook), time.Minute)
 }
 
 // DeliverDue sends every report that is due, job queues in parallel (at
@@ -145,12 +205,17 @@ func (r *Reporter) DeliverDue(ctx context.Context) error {
 		mu.Lock()
 		clear(recent)
 		mu.Unlock()
-		due, err := r.outbox.DueReports(ctx, r.now(), 64)
+		// Held reports head the due list (their recorded next attempt
+		// is old): read past them.
+		due, err := r.outbox.DueReports(ctx, r.now(), 64+r.held())
 		if err != nil {
 			return err
 		}
 		started := 0
 		for _, rep := range due {
+			if r.waiting(rep.ID) {
+				continue
+			}
 			mu.Lock()
 			if busy[rep.JobID] || recent[rep.JobID] {
 				mu.Unlock()
@@ -203,19 +268,155 @@ func (r *Reporter) DeliverDue(ctx context.Context) error {
 // deliverJob sends rep, then the job's following reports while each is
 // delivered (or dropped) and the next is due.
 func (r *Reporter) deliverJob(ctx context.Context, rep spool.Report) {
-	for r.deliver(ctx, rep) && ctx.Err() == nil {
+	for r.attempt(ctx, rep) && ctx.Err() == nil {
 		next, due, err := r.outbox.DueReportOf(ctx, rep.JobID, r.now())
 		if err != nil {
 			if ctx.Err() == nil {
-				r.logger.Error("read next report", "job_id", rep.JobID, "err", err)
+				r.logFailure(r.logger, "read next report", "job_id", rep.JobID, "err", err)
 			}
 			return
 		}
-		if !due {
+		if !due || r.waiting(next.ID) {
 			return
 		}
 		rep = next
 	}
+}
+
+// attempt handles rep once its hold, if any, has ended: a report already
+// delivered is only removed, never sent again; one whose retry the outbox
+// did not record is retried with the attempts it missed.
+func (r *Reporter) attempt(ctx context.Context, rep spool.Report) bool {
+	r.holdMu.Lock()
+	h := r.holds[rep.ID]
+	var settled bool
+	if h != nil {
+		settled = h.settled
+		rep.Attempts += h.attempts
+	}
+	r.holdMu.Unlock()
+	if settled {
+		log := r.logger.With("job_id", rep.JobID, "report", rep.Kind)
+		return r.remove(ctx, log, rep, "remove delivered report")
+	}
+	return r.deliver(ctx, rep)
+}
+
+// remove takes a delivered or dropped report out of the outbox. When that
+// fails the report is held as settled, with a backoff before the next try.
+func (r *Reporter) remove(ctx context.Context, log *slog.Logger, rep spool.Report, op string) bool {
+	if err := r.outbox.RemoveReport(context.WithoutCancel(ctx), rep.ID); err != nil {
+		d := r.hold(rep.ID, true, false)
+		r.logFailure(log, op, "err", err, "next_try_in", d)
+		return false
+	}
+	r.release(rep.ID)
+	return true
+}
+
+// hold records a bookkeeping failure for report id and returns the wait
+// before it is looked at again: the retry backoff, counted in failures in
+// a row. attempted marks a delivery attempt the outbox did not record.
+func (r *Reporter) hold(id int64, settled, attempted bool) time.Duration {
+	s := r.settings()
+	r.holdMu.Lock()
+	defer r.holdMu.Unlock()
+	h := r.holds[id]
+	if h == nil {
+		h = &hold{}
+		r.holds[id] = h
+	}
+	h.settled = h.settled || settled
+	if attempted {
+		h.attempts++
+	}
+	d := backoff(h.failures, s.RetryInitial, s.RetryMax)
+	h.failures++
+	h.until = r.now().Add(d)
+	return d
+}
+
+// release forgets report id: its bookkeeping landed.
+func (r *Reporter) release(id int64) {
+	r.holdMu.Lock()
+	delete(r.holds, id)
+	r.holdMu.Unlock()
+}
+
+// waiting reports whether report id is held and its hold has not ended.
+func (r *Reporter) waiting(id int64) bool {
+	r.holdMu.Lock()
+	defer r.holdMu.Unlock()
+	h := r.holds[id]
+	return h != nil && r.now().Before(h.until)
+}
+
+// held counts the reports held, first forgetting those whose hold ended
+// long ago: their report did not come up again, so it left the outbox.
+func (r *Reporter) held() int {
+	r.holdMu.Lock()
+	defer r.holdMu.Unlock()
+	stale := r.now().Add(-staleHold)
+	for id, h := range r.holds {
+		if h.until.Before(stale) {
+			delete(r.holds, id)
+		}
+	}
+	return len(r.holds)
+}
+
+// holdsEnd returns when the earliest hold ends; false when none is held.
+func (r *Reporter) holdsEnd() (time.Time, bool) {
+	r.holdMu.Lock()
+	defer r.holdMu.Unlock()
+	var end time.Time
+	for _, h := range r.holds {
+		if end.IsZero() || h.until.Before(end) {
+			end = h.until
+		}
+	}
+	return end, !end.IsZero()
+}
+
+// logFailure logs a bookkeeping failure unless one of the same kind was
+// logged within failLogEvery; the next line counts those held back.
+func (r *Reporter) logFailure(log *slog.Logger, msg string, args ...any) {
+	ok, suppressed := r.failLog.allow(msg, r.now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	log.Error(msg, args...)
+}
+
+// limiter lets one event per kind through per interval and counts the
+// others.
+type limiter struct {
+	every      time.Duration
+	mu         sync.Mutex
+	last       map[string]time.Time
+	suppressed map[string]int
+}
+
+func newLimiter(every time.Duration) *limiter {
+	return &limiter{every: every, last: map[string]time.Time{}, suppressed: map[string]int{}}
+}
+
+// allow reports whether an event of kind may be logged at now, and how many
+// were held back since the last one that was.
+func (l *limiter) allow(kind string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last, ok := l.last[kind]; ok && now.Sub(last) < l.every {
+		l.suppressed[kind]++
+		return false, 0
+	}
+	n := l.suppressed[kind]
+	l.last[kind] = now
+	delete(l.suppressed, kind)
+	return true, n
 }
 
 // deliver makes one attempt and records its outcome in the outbox. It
@@ -230,11 +431,7 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) bool {
 	if err == nil && status/100 == 2 {
 		r.observe(OutcomeDelivered, rep.Terminal)
 		log.Debug("report delivered", "status", status)
-		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
-			log.Error("remove delivered report", "err", err)
-			return false
-		}
-		return true
+		return r.remove(ctx, log, rep, "remove delivered report")
 	}
 	if ctx.Err() != nil {
 		return false // stopping: the report stays in the outbox as it was
@@ -243,11 +440,7 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) bool {
 	case err == nil && !retryable(status):
 		r.observe(OutcomeDropped, rep.Terminal)
 		log.Error("report refused by CubeMaster, dropping it", "status", status, "body", snippet(body))
-		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
-			log.Error("remove refused report", "err", err)
-			return false
-		}
-		return true
+		return r.remove(ctx, log, rep, "remove refused report")
 	}
 	reason := fmt.Sprintf("HTTP %d: %s", status, snippet(body))
 	if err != nil {
@@ -256,11 +449,7 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) bool {
 	if !rep.Terminal && rep.Attempts+1 >= s.ProgressAttempts {
 		r.observe(OutcomeDropped, false)
 		log.Warn("giving up on progress report", "err", reason)
-		if err := r.outbox.RemoveReport(store, rep.ID); err != nil {
-			log.Error("remove abandoned report", "err", err)
-			return false
-		}
-		return true
+		return r.remove(ctx, log, rep, "remove abandoned report")
 	}
 	r.observe(OutcomeRetry, rep.Terminal)
 	delay := backoff(rep.Attempts, s.RetryInitial, s.RetryMax)
@@ -270,8 +459,16 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) bool {
 	}
 	log.Log(ctx, level, "report not delivered, will retry", "err", reason, "retry_in", delay)
 	if err := r.outbox.RetryReport(store, rep.ID, r.now().Add(delay), reason); err != nil {
-		log.Error("reschedule report", "err", err)
+		// The outbox still shows the report due now: hold it in memory
+		// for at least the delay it was meant to wait.
+		d := max(r.hold(rep.ID, false, true), delay)
+		r.holdMu.Lock()
+		r.holds[rep.ID].until = r.now().Add(d)
+		r.holdMu.Unlock()
+		r.logFailure(log, "reschedule report", "err", err, "next_try_in", d)
+		return false
 	}
+	r.release(rep.ID)
 	return false
 }
 

@@ -2,10 +2,12 @@ package report
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+	"github.com/cubesandbox/cubetemplatecenter/test/tmpfs"
 )
 
 func TestBackoff(t *testing.T) {
@@ -260,5 +263,155 @@ func TestSlowAnswerHoldsUpNoOtherJob(t *testing.T) {
 	defer mu.Unlock()
 	if s := strings.Join(got["slow"], " "); s != `{"seq":0} {"seq":1} {"seq":2}` {
 		t.Errorf("slow job got %s, want its three reports in order", s)
+	}
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// fullSpool opens a spool on a small tmpfs holding job "j" with its
+// terminal report, then fills the filesystem. It returns the spool and the
+// filler file, whose removal gives the space back.
+func fullSpool(t *testing.T) (*spool.Spool, string) {
+	t.Helper()
+	ctx := context.Background()
+	dir := tmpfs.Mount(t, "4m")
+	path := filepath.Join(dir, "spool.db")
+	sp, err := spool.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	if _, err := sp.Enqueue(ctx, "j", []byte("{}"), false, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Finish(ctx, "j", spool.StateBuilt, "READY", "", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"BUILT"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// Empty the WAL, so that any later write must grow it on the full disk
+	// rather than reuse frames already allocated.
+	db, err := sql.Open("sqlite3", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	return sp, tmpfs.Fill(t, dir)
+}
+
+// TestFullSpoolDiskDoesNotSpin puts the spool on a tmpfs and fills it, so
+// that removing a delivered report fails (SQLITE_FULL): the report must
+// not be sent again and again, the errors must not flood the log, the
+// final delivery at stop must end at once, and once space is back the
+// report leaves the outbox without being sent again.
+func TestFullSpoolDiskDoesNotSpin(t *testing.T) {
+	ctx := context.Background()
+	sp, filler := fullSpool(t)
+	master, err := cubemaster.Start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Stop()
+
+	var logs lockedBuffer
+	r := New(sp, func() Settings {
+		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: 20 * time.Millisecond,
+			RetryMax: 200 * time.Millisecond, ProgressAttempts: 3}
+	}, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(runCtx) }()
+	time.Sleep(2 * time.Second)
+	cancel()
+	<-done
+	posts := len(master.Callbacks("j"))
+	if posts < 1 || posts >= 20 {
+		t.Errorf("CubeMaster received %d POSTs of the one report in 2s with the spool disk full; want at least 1 and fewer than 20", posts)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n > 5 {
+		t.Errorf("%d ERROR lines in 2s, want at most 5:\n%.2000s", n, logs.String())
+	}
+	if reps, _ := sp.Reports(ctx, "j"); len(reps) != 1 {
+		t.Fatalf("outbox = %+v; want the report still there (its removal fails)", reps)
+	}
+
+	// The final delivery at stop must not spin until its deadline.
+	stopCtx, stopCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer stopCancel()
+	start := time.Now()
+	r.DeliverDue(stopCtx)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("DeliverDue at stop took %s with the spool disk full; want it to end within a few seconds", took)
+	}
+
+	// Space comes back: the report leaves the outbox, not sent again.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	go r.Run(runCtx)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if n, _ := sp.OutboxDepth(ctx); n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the delivered report stayed in the outbox after space came back")
+		}
+	}
+	if got := len(master.Callbacks("j")); got != posts {
+		t.Errorf("POSTs after space came back = %d, want still %d (the report was delivered already)", got, posts)
+	}
+}
+
+// TestFullSpoolDiskRetryBacksOff: CubeMaster answers 503 and the spool
+// cannot record the failed attempt (disk full), so the outbox still shows
+// the report due now; the retries must still follow the backoff, and the
+// final delivery at stop must end at once.
+func TestFullSpoolDiskRetryBacksOff(t *testing.T) {
+	ctx := context.Background()
+	sp, _ := fullSpool(t)
+	master, err := cubemaster.Start("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Stop()
+	master.Respond(func(string, map[string]any) int { return http.StatusServiceUnavailable })
+	r := New(sp, func() Settings {
+		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: 100 * time.Millisecond,
+			RetryMax: time.Second, ProgressAttempts: 3}
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(runCtx) }()
+	time.Sleep(2 * time.Second)
+	cancel()
+	<-done
+	if posts := len(master.All()); posts < 2 || posts >= 20 {
+		t.Errorf("CubeMaster received %d POSTs in 2s with 100ms..1s backoff and the spool disk full; want a few, fewer than 20", posts)
+	}
+	stopCtx, stopCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer stopCancel()
+	start := time.Now()
+	r.DeliverDue(stopCtx)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("DeliverDue at stop took %s with the spool disk full; want it to end within a few seconds", took)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,6 +74,31 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("agent became ready with a bad configuration:\n%s", res.stderr)
 			}
 		})
+	}
+}
+
+// TestFSRootNotCreatable: an fs blob store root below a regular file stops
+// the agent with a message naming the configured root and where it is set,
+// not only the ancestor mkdir tripped on.
+func TestFSRootNotCreatable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "", testToken)
+	file := filepath.Join(h.dir, "plain-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(file, "blobs", "root")
+	h.env["CUBE_ARTIFACT_STORE_BACKEND"] = "fs"
+	h.env["CUBE_ARTIFACT_STORE_FS_ROOT"] = root
+	h.writeConfig()
+	res := runCLI(t, h.environ())
+	if res.code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr:\n%s", res.code, res.stderr)
+	}
+	for _, w := range []string{root, "artifact_store.fs_root", "CUBE_ARTIFACT_STORE_FS_ROOT", "not a directory"} {
+		if !strings.Contains(res.stderr, w) {
+			t.Errorf("stderr does not mention %q:\n%s", w, res.stderr)
+		}
 	}
 }
 

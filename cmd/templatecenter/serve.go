@@ -61,9 +61,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer ln.Close()
-	for _, dir := range []string{cfg.Store.Dir, cfg.Store.WorkDir} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
+	for _, d := range []struct{ key, dir string }{{"store.dir", cfg.Store.Dir}, {"store.work_dir", cfg.Store.WorkDir}} {
+		if err := os.MkdirAll(d.dir, 0o755); err != nil {
+			return fmt.Errorf("create %s %s: %w", d.key, d.dir, err)
 		}
 	}
 	sp, err := spool.Open(ctx, cfg.Spool.Path)
@@ -82,6 +82,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	objects, err := agent.OpenObjectStore(cfg)
 	if err != nil {
+		if cfg.ArtifactStore.Enabled() == config.BackendFS {
+			// The root comes from the configuration: say where to fix it.
+			return fmt.Errorf("open artifact store (root set by artifact_store.fs_root or CUBE_ARTIFACT_STORE_FS_ROOT, default store.dir): %w", err)
+		}
 		return fmt.Errorf("open artifact store: %w", err)
 	}
 	if objects != nil {
