@@ -347,6 +347,8 @@ func (h *harness) submit(id, ref string) {
 	}
 }
 
+// terminal waits for the job's terminal report to reach CubeMaster and
+// leave the outbox.
 func (h *harness) terminal(id string) cubemaster.Callback {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -392,5 +392,6 @@ func OpenObjectStore(cfg *config.Config) (blobstore.Store, error) {
 	return blobstore.Open(blobstore.Options{Backend: as.Enabled(), FSRoot: as.FSRoot, S3: blobstore.S3Options{
 		Endpoint: as.S3.Endpoint, Bucket: as.S3.Bucket, Region: as.S3.Region, AccessKeyID: as.S3.AccessKeyID,
 		SecretAccessKey: as.S3.SecretAccessKey.Reveal(), UsePathStyle: as.S3.UsePathStyle, UseSSL: as.S3.UseSSL,
-		PartSize: int64(as.PartSize), Concurrency: as.UploadConcurrency, Attempts: as.Attempts}})
+		PartSize: int64(as.PartSize), Concurrency: as.UploadConcurrency, Attempts: as.Attempts,
+		PartStallTimeout: as.PartStallTimeout}})
 }

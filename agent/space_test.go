@@ -227,7 +227,12 @@ func TestStopPromptWithSpoolDiskFull(t *testing.T) {
 	filler := tmpfs.Fill(t, dir)
 	defer os.Remove(filler)
 	h.master.Release()
-	h.terminal("done")
+	// Not h.terminal: the report cannot leave the outbox, by design.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := h.master.WaitTerminal(ctx, "done"); err != nil {
+		t.Fatalf("terminal report: %v", err)
+	}
 	time.Sleep(time.Second)
 	start := time.Now()
 	h.stop()

@@ -37,6 +37,9 @@ type ArtifactStore struct {
 	UploadConcurrency int      `yaml:"upload_concurrency"`
 	// Attempts bounds tries per S3 request on transient failures.
 	Attempts int `yaml:"attempts"`
+	// PartStallTimeout cancels (and retries, within Attempts) an S3 part
+	// upload whose body is not read for this long.
+	PartStallTimeout time.Duration `yaml:"part_stall_timeout"`
 	// KeepLocal keeps the local .ext4 after a successful upload.
 	KeepLocal bool `yaml:"keep_local"`
 	// RecordSecret authenticates the record stored beside each object,
@@ -73,6 +76,7 @@ const (
 	defaultPartSize      = 16 << 20
 	defaultConcurrency   = 4
 	defaultStoreAttempts = 5
+	defaultPartStall     = 2 * time.Minute
 	// minRecordSecret is the shortest artifact_store.record_secret: a
 	// guessable key would let anyone sign records.
 	minRecordSecret = 16
@@ -80,7 +84,7 @@ const (
 
 func defaultArtifactStore() ArtifactStore {
 	return ArtifactStore{Backend: BackendS3, PresignTTL: maxPresignTTL, PartSize: defaultPartSize,
-		UploadConcurrency: defaultConcurrency, Attempts: defaultStoreAttempts, KeepLocal: true}
+		UploadConcurrency: defaultConcurrency, Attempts: defaultStoreAttempts, PartStallTimeout: defaultPartStall, KeepLocal: true}
 }
 
 // Secret is a credential. It decodes from YAML like a string, but every way
@@ -227,6 +231,9 @@ func (a *ArtifactStore) validate() []error {
 	}
 	if a.Attempts < 1 || a.Attempts > 100 {
 		bad("attempts", "%d is outside 1..100", a.Attempts)
+	}
+	if a.PartStallTimeout < time.Second {
+		bad("part_stall_timeout", "%s is below 1s", a.PartStallTimeout)
 	}
 	if n := len(a.RecordSecret); n > 0 && n < minRecordSecret {
 		bad("record_secret", "is %d bytes, want at least %d (for example the output of openssl rand -hex 32)", n, minRecordSecret)

@@ -40,7 +40,7 @@ func TestArtifactStoreDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ArtifactStore{Backend: "s3", FSRoot: "/data/CubeMaster/storage", PresignTTL: 168 * time.Hour,
-		PartSize: 16 << 20, UploadConcurrency: 4, Attempts: 5, KeepLocal: true}
+		PartSize: 16 << 20, UploadConcurrency: 4, Attempts: 5, PartStallTimeout: 2 * time.Minute, KeepLocal: true}
 	if c.ArtifactStore != want {
 		t.Errorf("defaults = %+v; want %+v", c.ArtifactStore, want)
 	}
@@ -63,6 +63,7 @@ artifact_store:
   part_size: 64MiB
   upload_concurrency: 2
   attempts: 7
+  part_stall_timeout: 30s
   keep_local: false
   s3:
     endpoint: https://s3.file.example
@@ -75,7 +76,7 @@ artifact_store:
     prefix: file/prefix
 `
 	fromFile := ArtifactStore{Backend: "s3", FSRoot: "/srv/blobs", PresignTTL: 24 * time.Hour, PartSize: 64 << 20,
-		UploadConcurrency: 2, Attempts: 7, KeepLocal: false, S3: S3{Endpoint: "https://s3.file.example",
+		UploadConcurrency: 2, Attempts: 7, PartStallTimeout: 30 * time.Second, KeepLocal: false, S3: S3{Endpoint: "https://s3.file.example",
 			Bucket: "file-bucket", AccessKeyID: "file-key", SecretAccessKey: "file-secret", Region: "eu-west-1",
 			UsePathStyle: true, UseSSL: true, Prefix: "file/prefix"}}
 	cases := []struct {
