@@ -142,18 +142,19 @@ func (a *Agent) sweep(ctx context.Context) {
 		}
 		if !api.ValidArtifactID(id) {
 			failed++
+			m.failed.Inc()
 			a.logger.Warn("reconcile: CLEANUP_PENDING row has an artifact id that is not a plain name; left alone", "artifact_id", id)
 			continue
 		}
 		if status, msg := a.deleteClaimed(ctx, id); status != http.StatusOK {
 			failed++
+			m.failed.Inc()
 			a.logger.Warn("reconcile: delete CLEANUP_PENDING artifact", "artifact_id", id, "status", status, "err", msg)
 			continue
 		}
 		deleted++
+		m.deleted.Inc()
 	}
-	m.deleted.Add(float64(deleted))
-	m.failed.Add(float64(failed))
 	m.sweeps.WithLabelValues(sweepDone).Inc()
 	if len(ids) > 0 {
 		a.logger.Info("reconcile: swept CLEANUP_PENDING artifacts", "deleted", deleted, "failed", failed)

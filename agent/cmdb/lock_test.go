@@ -160,17 +160,7 @@ func TestLockLostAndRegained(t *testing.T) {
 				t.Fatalf("TryLock = %v, %v", ok, err)
 			}
 			defer l.Release(ctx)
-			kill := "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-			if o.Driver == DriverMySQL {
-				var id int64
-				if err := admin.QueryRow("SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil {
-					t.Fatal(err)
-				}
-				kill = "KILL " + strconv.FormatInt(id, 10)
-			}
-			if _, err := admin.Exec(kill); err != nil {
-				t.Fatalf("%s: %v", kill, err)
-			}
+			killLockSession(t, admin, o.Driver, name)
 			select {
 			case err := <-lostCh:
 				t.Logf("loss reported: %v", err)
@@ -218,17 +208,7 @@ func TestLockCheck(t *testing.T) {
 			if err := l.Check(ctx); err != nil {
 				t.Fatalf("Check of a held lock = %v", err)
 			}
-			kill := "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
-			if o.Driver == DriverMySQL {
-				var id int64
-				if err := admin.QueryRow("SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil {
-					t.Fatal(err)
-				}
-				kill = "KILL " + strconv.FormatInt(id, 10)
-			}
-			if _, err := admin.Exec(kill); err != nil {
-				t.Fatalf("%s: %v", kill, err)
-			}
+			killLockSession(t, admin, o.Driver, name)
 			var taken *Lock
 			waitUntil(t, "another session to take the lock", func() bool {
 				var err error
@@ -269,5 +249,21 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// killLockSession ends, from admin, the session that holds lock name.
+func killLockSession(t *testing.T, admin *sql.DB, driver, name string) {
+	t.Helper()
+	kill := "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+	if driver == DriverMySQL {
+		var id int64
+		if err := admin.QueryRow("SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		kill = "KILL " + strconv.FormatInt(id, 10)
+	}
+	if _, err := admin.Exec(kill); err != nil {
+		t.Fatalf("%s: %v", kill, err)
 	}
 }

@@ -373,7 +373,7 @@ func (p *Publisher) run(ctx context.Context) {
 		}
 		var tick <-chan time.Time
 		if !next.IsZero() {
-			timer.Reset(max(next.Sub(time.Now()), time.Millisecond))
+			timer.Reset(max(time.Until(next), time.Millisecond))
 			tick = timer.C
 		}
 		select {

@@ -539,9 +539,11 @@ func TestReplicaDeleteClaims(t *testing.T) {
 		})
 		gone(refused)
 		const done = `cube_templatecenter_reconcile_sweeps_total{result="done"}`
-		if v := metrics(t, a.base())["cube_templatecenter_reconcile_deleted_total"]; v != 1 {
-			t.Errorf("reconcile_deleted_total = %g, want 1", v)
-		}
+		// The row goes a moment before the sweep counts it.
+		eventually(t, replicaWait, "the sweep to count its delete", func() (bool, string) {
+			v := metrics(t, a.base())["cube_templatecenter_reconcile_deleted_total"]
+			return v == 1, fmt.Sprintf("reconcile_deleted_total = %g, want 1", v)
+		})
 		// Two more sweeps leave the fresh row alone.
 		after := metrics(t, a.base())[done]
 		eventually(t, replicaWait, "two more sweeps", func() (bool, string) {
