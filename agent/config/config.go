@@ -257,6 +257,9 @@ func Load(env Env, logger *slog.Logger) (*Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	for _, w := range cfg.plainTransportWarnings() {
+		logger.Warn("config: " + w)
+	}
 	return cfg, nil
 }
 
