@@ -7,26 +7,42 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
-// secretsYAML enables the database and Redis and puts every secret the
-// file may hold in it, each as "yaml-" and its variable.
-const secretsYAML = `instance_db_config:
-  driver: mysql
-  addr: db.example:3306
-  user: cube
-  db_name: cube
-  pwd: yaml-CUBE_TEMPLATE_CENTER_DB_PASSWORD
-redis:
-  nodes: [redis.example:6379]
-  password: yaml-CUBE_TEMPLATE_CENTER_REDIS_PASSWORD
-artifact_store:
-  s3:
-    endpoint: s3.example:9000
-    bucket: b
-    access_key_id: yaml-CUBE_S3_ACCESS_KEY_ID
-    secret_access_key: yaml-CUBE_S3_SECRET_ACCESS_KEY
-`
+// secretsYAML enables the database, Redis and the S3 store, and puts every
+// secret the file may hold (each Key of the table, so a new secret is
+// covered too) in it, as "yaml-" and its variable.
+func secretsYAML(t *testing.T) string {
+	t.Helper()
+	doc := map[string]any{
+		"instance_db_config": map[string]any{"driver": "mysql", "addr": "db.example:3306", "user": "cube", "db_name": "cube"},
+		"redis":              map[string]any{"nodes": []string{"redis.example:6379"}},
+		"artifact_store":     map[string]any{"s3": map[string]any{"endpoint": "s3.example:9000", "bucket": "b"}},
+	}
+	for _, s := range secrets {
+		if s.Key == "" {
+			continue
+		}
+		parts := strings.Split(s.Key, ".")
+		m := doc
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := m[p].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				m[p] = next
+			}
+			m = next
+		}
+		m[parts[len(parts)-1]] = "yaml-" + s.Env
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
 
 // clearSecretEnv blanks every variable a secret is read from (blank counts
 // as unset), so the test's own environment cannot leak in.
@@ -97,7 +113,7 @@ func TestSecretSourcesAndPrecedence(t *testing.T) {
 				t.Run(src.name, func(t *testing.T) {
 					clearSecretEnv(t)
 					dir := t.TempDir()
-					t.Setenv(PathEnv, writeFile(t, dir, "conf.yaml", secretsYAML, 0o640))
+					t.Setenv(PathEnv, writeFile(t, dir, "conf.yaml", secretsYAML(t), 0o640))
 					for _, lower := range sources[:i+1] {
 						lower.set(t, dir)
 					}
@@ -177,7 +193,7 @@ func TestSecretFileErrorsNameVariableAndPath(t *testing.T) {
 func TestSecretWorldReadableWarnings(t *testing.T) {
 	t.Run("ConfigFile", func(t *testing.T) {
 		clearSecretEnv(t)
-		path := writeFile(t, t.TempDir(), "conf.yaml", secretsYAML, 0o644)
+		path := writeFile(t, t.TempDir(), "conf.yaml", secretsYAML(t), 0o644)
 		t.Setenv(PathEnv, path)
 		_, logs, err := loadEnv(t)
 		if err != nil {
@@ -204,7 +220,7 @@ func TestSecretWorldReadableWarnings(t *testing.T) {
 	})
 	t.Run("ConfigFileGroupOnly", func(t *testing.T) {
 		clearSecretEnv(t)
-		t.Setenv(PathEnv, writeFile(t, t.TempDir(), "conf.yaml", secretsYAML, 0o640))
+		t.Setenv(PathEnv, writeFile(t, t.TempDir(), "conf.yaml", secretsYAML(t), 0o640))
 		_, logs, err := loadEnv(t)
 		if err != nil {
 			t.Fatal(err)
