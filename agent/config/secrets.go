@@ -56,16 +56,6 @@ var secrets = []secretSpec{
 		field: func(c *Config) *string { return (*string)(&c.Redis.Password) }},
 }
 
-// SecretVariables lists the variable of every secret, for documentation
-// and tests; each also has a _FILE form and a systemd credential.
-func SecretVariables() []string {
-	names := make([]string, len(secrets))
-	for i, s := range secrets {
-		names[i] = s.Env
-	}
-	return names
-}
-
 // worldReadable reports whether others (neither owner nor group) may read
 // the file at fi.
 func worldReadable(fi fs.FileInfo) bool { return fi.Mode().Perm()&0o004 != 0 }
