@@ -314,6 +314,16 @@ write_env_file() {
 
 # --- install ------------------------------------------------------------------
 
+# secure_config makes conf.yaml 0640 root:$USER_NAME, also when an older
+# install left it 0644; a group other than root was the administrator's
+# choice and stays.
+secure_config() {
+	if [ "$(stat -c %g "$CONF")" = 0 ]; then
+		chgrp "$USER_NAME" "$CONF"
+	fi
+	chmod g-w,o-rwx "$CONF"
+}
+
 install_file() { # MODE SRC DST: atomic replace
 	local mode=$1 src=$2 dst=$D$3
 	install -d -m 0755 "$(dirname "$dst")"
@@ -408,7 +418,7 @@ do_install() {
 	if [ -f "$D$CONF" ]; then
 		note "keeping the existing $D$CONF"
 	else
-		act "install the default $D$CONF" install -m 0644 "$SRC/packaging/etc/conf.yaml" "$D$CONF"
+		act "install the default $D$CONF" install -m 0640 "$SRC/packaging/etc/conf.yaml" "$D$CONF"
 	fi
 	local env_what="write $D$ENV_FILE"
 	if [ -f "$D$ENV_FILE" ]; then
@@ -426,6 +436,7 @@ do_install() {
 		return 0
 	fi
 	act "create the user $USER_NAME" systemd-sysusers "$SYSUSERS"
+	act "let only root and the group $USER_NAME read $CONF (it may hold passwords)" secure_config
 	act "create $STORE_DIR, $STATE_DIR and $CACHE_DIR" systemd-tmpfiles --create "$TMPFILES"
 	act "reload systemd" systemctl daemon-reload
 	act "enable $SOCKET and $SERVICE" systemctl --quiet enable "$SOCKET" "$SERVICE"

@@ -51,7 +51,11 @@ func OpenDatabase(ctx context.Context, cfg *config.Config) (*cmdb.DB, error) {
 		return nil, nil
 	}
 	second := func(n int) time.Duration { return time.Duration(n) * time.Second }
-	return cmdb.Open(ctx, cmdb.Options{Driver: d.Driver, Addr: d.Addr, User: d.User, Password: d.Pwd.Reveal(),
+	tlsConfig, err := d.TLS.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("instance_db_config: %w", err)
+	}
+	return cmdb.Open(ctx, cmdb.Options{TLS: tlsConfig, Driver: d.Driver, Addr: d.Addr, User: d.User, Password: d.Pwd.Reveal(),
 		DBName: d.DBName, ConnTimeout: second(d.ConnTimeout), ReadTimeout: second(d.ReadTimeout),
 		WriteTimeout: second(d.WriteTimeout), MaxIdleConns: d.MaxIdleConns, MaxOpenConns: d.MaxOpenConns,
 		MaxConnLifetime: second(d.MaxConnLifeTimeSeconds), SSLMode: d.SSLMode})

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
@@ -29,6 +30,10 @@ func OpenLiveProgress(cfg *config.Config, logger *slog.Logger) (*liveprogress.Pu
 	if !r.Enabled() {
 		return nil, nil
 	}
-	return liveprogress.New(liveprogress.Options{Nodes: r.Nodes, Password: r.Password.Reveal(), DB: r.DBNo},
+	tlsConfig, err := r.TLS.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	return liveprogress.New(liveprogress.Options{Nodes: r.Nodes, Password: r.Password.Reveal(), DB: r.DBNo, TLS: tlsConfig},
 		logger.With("component", "liveprogress"))
 }

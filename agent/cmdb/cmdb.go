@@ -2,6 +2,7 @@ package cmdb
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -11,8 +12,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	// "pgx" in database/sql.
-	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // The drivers Options.Driver names.
@@ -49,7 +50,11 @@ type Options struct {
 	MaxIdleConns, MaxOpenConns int
 	MaxConnLifetime            time.Duration
 	// SSLMode is PostgreSQL's sslmode; empty is the driver's default.
+	// TLS replaces it when set.
 	SSLMode string
+	// TLS, when not nil, is required on either driver, with no fallback to
+	// plain TCP; an empty ServerName means the host of Addr.
+	TLS *tls.Config
 }
 
 // String shows where the options lead, never the password.
@@ -74,11 +79,7 @@ type DB struct {
 // cannot be reached is not an error here (TC starts, and answers 503 until
 // it can reach it); one that refuses the login or lacks the database is.
 func Open(ctx context.Context, o Options) (*DB, error) {
-	driverName, dsn, err := DSN(o)
-	if err != nil {
-		return nil, err
-	}
-	sdb, err := sql.Open(driverName, dsn)
+	sdb, err := openPool(o)
 	if err != nil {
 		return nil, fmt.Errorf("open %s database: %w", o.Driver, err)
 	}
@@ -94,6 +95,43 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// openPool opens the pool through a driver connector, so a tls.Config
+// reaches the driver without a process-wide registry.
+func openPool(o Options) (*sql.DB, error) {
+	_, dsn, err := DSN(o)
+	if err != nil {
+		return nil, err
+	}
+	switch o.Driver {
+	case DriverMySQL:
+		c, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return nil, err
+		}
+		// The driver fills an empty ServerName from Addr's host.
+		c.TLS = o.TLS
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			return nil, err
+		}
+		return sql.OpenDB(conn), nil
+	default: // DriverPostgres, as DSN checked
+		c, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		if o.TLS != nil {
+			t := o.TLS.Clone()
+			if t.ServerName == "" {
+				t.ServerName = c.Host // tls.Client needs it to verify the name
+			}
+			// No fallback: sslmode's prefer would retry in plain text.
+			c.TLSConfig, c.Fallbacks = t, nil
+		}
+		return stdlib.OpenDB(*c), nil
+	}
 }
 
 // DSN returns the database/sql driver name and data source name for o.

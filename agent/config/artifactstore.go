@@ -119,16 +119,12 @@ func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
 func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 
 // artifactStoreEnv are the artifact store's environment overrides,
-// upstream's names first.
+// upstream's names first; the S3 keys are in secrets (secrets.go).
 var artifactStoreEnv = []envOverride{
 	{[]string{"CUBE_ARTIFACT_STORE_BACKEND"}, func(c *Config, _, v string) error { c.ArtifactStore.Backend = v; return nil }},
 	{[]string{"CUBE_ARTIFACT_STORE_FS_ROOT"}, func(c *Config, _, v string) error { c.ArtifactStore.FSRoot = v; return nil }},
 	{[]string{"CUBE_S3_ENDPOINT"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Endpoint = v; return nil }},
 	{[]string{"CUBE_S3_BUCKET"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Bucket = v; return nil }},
-	{[]string{"CUBE_S3_ACCESS_KEY_ID", "CUBE_S3_ACCESS_KEY"},
-		func(c *Config, _, v string) error { c.ArtifactStore.S3.AccessKeyID = v; return nil }},
-	{[]string{"CUBE_S3_SECRET_ACCESS_KEY", "CUBE_S3_SECRET_KEY"},
-		func(c *Config, _, v string) error { c.ArtifactStore.S3.SecretAccessKey = Secret(v); return nil }},
 	{[]string{"CUBE_S3_REGION"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Region = v; return nil }},
 	{[]string{"CUBE_S3_USE_PATH_STYLE"}, func(c *Config, name, v string) error {
 		return parseFlag(name, v, &c.ArtifactStore.S3.UsePathStyle)
@@ -137,8 +133,6 @@ var artifactStoreEnv = []envOverride{
 		return parseFlag(name, v, &c.ArtifactStore.S3.UseSSL)
 	}},
 	{[]string{"CUBE_S3_ARTIFACT_PREFIX"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Prefix = v; return nil }},
-	{[]string{"CUBE_TEMPLATE_CENTER_RECORD_SECRET"},
-		func(c *Config, _, v string) error { c.ArtifactStore.RecordSecret = Secret(v); return nil }},
 }
 
 // parseFlag reads upstream's boolean spellings: 1, true, yes, on (and 0,

@@ -245,7 +245,7 @@ type Env func(name string) (string, bool)
 func Load(env Env, logger *slog.Logger) (*Config, error) {
 	cfg := Default()
 	if path, ok := env(PathEnv); ok && strings.TrimSpace(path) != "" {
-		data, err := os.ReadFile(path)
+		data, fi, err := readConfigFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("read config %s: %w", path, err)
 		}
@@ -253,6 +253,7 @@ func Load(env Env, logger *slog.Logger) (*Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("config %s: %w", path, err)
 		}
+		warnings = append(warnings, cfg.fileSecretWarnings(path, fi)...)
 		for _, w := range warnings {
 			logger.Warn("config: "+w, "path", path)
 		}
@@ -263,7 +264,26 @@ func Load(env Env, logger *slog.Logger) (*Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	for _, w := range cfg.plainTransportWarnings() {
+		logger.Warn("config: " + w)
+	}
 	return cfg, nil
+}
+
+// readConfigFile returns the file's content and its mode, from the same
+// open file.
+func readConfigFile(path string) ([]byte, os.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := io.ReadAll(f)
+	return data, fi, err
 }
 
 // Parse decodes YAML over the defaults, returning warnings for unknown keys.
@@ -329,8 +349,6 @@ type envOverride struct {
 var envOverrides = []envOverride{
 	{[]string{"CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT"},
 		func(c *Config, _, v string) error { c.Master.Addr = v; return nil }},
-	{[]string{"CUBE_TEMPLATE_CALLBACK_TOKEN", "CUBE_TC_CALLBACK_TOKEN"},
-		func(c *Config, _, v string) error { c.Master.Token = v; return nil }},
 	{[]string{"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN"}, func(c *Config, name, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -375,6 +393,10 @@ func (c *Config) applyEnv(env Env) []string {
 			break
 		}
 	}
+	// Secrets come before resolve, which needs the S3 keys.
+	secretWarnings, secretErrs := c.applySecrets(env)
+	warnings = append(warnings, secretWarnings...)
+	c.envErrs = append(c.envErrs, secretErrs...)
 	return append(warnings, c.ArtifactStore.resolve(c.Store.Dir)...)
 }
 

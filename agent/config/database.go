@@ -37,9 +37,24 @@ type InstanceDB struct {
 	// MaxConnLifeTimeSeconds retires a pooled connection after this long.
 	MaxConnLifeTimeSeconds int `yaml:"max_conn_life_time_seconds"`
 	// SSLMode is PostgreSQL's sslmode (disable, allow, prefer, require,
-	// verify-ca, verify-full); empty means the driver's default, prefer.
-	// MySQL connects without TLS and takes only "" or disable.
+	// verify-ca, verify-full, verified against the system's roots); empty
+	// means the driver's default, prefer, which encrypts when the server
+	// offers it but verifies nothing: it keeps existing installs working.
+	// MySQL takes only "" or disable. Set TLS instead for verified TLS with
+	// a CA file of its own.
 	SSLMode string `yaml:"sslmode"`
+	// TLS, when enabled, requires TLS with the server's certificate
+	// verified, on either driver; sslmode must then be empty.
+	TLS TLS `yaml:"tls"`
+}
+
+// verified reports whether the connection authenticates the server: TLS
+// enabled and verifying, or PostgreSQL's verify-ca or verify-full.
+func (d *InstanceDB) verified() bool {
+	if d.TLS.Enabled {
+		return !d.TLS.InsecureSkipVerify
+	}
+	return d.Driver == DriverPostgres && (d.SSLMode == "verify-ca" || d.SSLMode == "verify-full")
 }
 
 // defaultInstanceDB is upstream's defaults for everything but where the
@@ -77,6 +92,10 @@ func (d *InstanceDB) validate() []error {
 	default:
 		bad("driver", "%q is not mysql or postgres", d.Driver)
 	}
+	if d.TLS.Enabled && d.SSLMode != "" {
+		bad("sslmode", "%q with tls.enabled: leave sslmode empty, tls decides", d.SSLMode)
+	}
+	errs = append(errs, d.TLS.validate("instance_db_config.tls")...)
 	if host, port, err := net.SplitHostPort(d.Addr); err != nil || host == "" || !validPort(port) {
 		bad("addr", "%q is not host:port", d.Addr)
 	}

@@ -21,6 +21,9 @@ type Redis struct {
 	// DBNo is the database number; it must be CubeMaster's (0 by default,
 	// and the only one a cluster has).
 	DBNo int `yaml:"db_no"`
+	// TLS, when enabled, reaches every node over TLS with its certificate
+	// verified.
+	TLS TLS `yaml:"tls"`
 }
 
 // Nodes is a list of host:port addresses. In YAML it is a sequence, or a
@@ -60,7 +63,7 @@ func (r *Redis) Enabled() bool { return len(r.Nodes) > 0 }
 // equal reports whether r and o are the same settings (no nodes and an
 // empty list are the same).
 func (r Redis) equal(o Redis) bool {
-	return slices.Equal(r.Nodes, o.Nodes) && r.Password == o.Password && r.DBNo == o.DBNo
+	return slices.Equal(r.Nodes, o.Nodes) && r.Password == o.Password && r.DBNo == o.DBNo && r.TLS == o.TLS
 }
 
 // validate returns the Redis settings' problems, each naming its key;
@@ -82,6 +85,7 @@ func (r *Redis) validate() []error {
 		}
 		seen[node] = true
 	}
+	errs = append(errs, r.TLS.validate("redis.tls")...)
 	switch {
 	case r.DBNo < 0:
 		bad("db_no", "%d is not a database number", r.DBNo)

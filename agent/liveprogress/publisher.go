@@ -3,6 +3,7 @@ package liveprogress
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,6 +61,9 @@ type Options struct {
 	Password string
 	// DB is the database number; a cluster has 0 only.
 	DB int
+	// TLS, when not nil, reaches every node over TLS; an empty ServerName
+	// means each node's host.
+	TLS *tls.Config
 	// MinInterval is the least time between two writes of one job's hash;
 	// DefaultMinInterval when zero.
 	MinInterval time.Duration
@@ -179,9 +183,10 @@ func New(opts Options, logger *slog.Logger) (*Publisher, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	client := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:    opts.Nodes,
-		Password: opts.Password,
-		DB:       opts.DB,
+		Addrs:     opts.Nodes,
+		Password:  opts.Password,
+		DB:        opts.DB,
+		TLSConfig: opts.TLS,
 		// The worker retries on its own schedule, with the latest value.
 		MaxRetries:            -1,
 		DialTimeout:           opts.Timeout,

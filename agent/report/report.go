@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -72,6 +73,9 @@ type Reporter struct {
 	holds  map[int64]*hold
 	// failLog rate-limits the errors of a spool that keeps failing.
 	failLog *limiter
+	// checkedURL is the BaseURL CheckTransport last looked at.
+	checkedMu  sync.Mutex
+	checkedURL string
 }
 
 // hold is what the reporter remembers of a report whose bookkeeping in the
@@ -130,6 +134,41 @@ func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe O
 	}
 }
 
+// CheckTransport warns, once per CubeMaster address, when the shared token
+// would travel in clear text across a network (see PlainHTTPHost). It runs
+// at start, and again after a reload, which may change the address.
+func (r *Reporter) CheckTransport() {
+	s := r.settings()
+	r.checkedMu.Lock()
+	defer r.checkedMu.Unlock()
+	if s.BaseURL == r.checkedURL {
+		return
+	}
+	r.checkedURL = s.BaseURL
+	if host, plain := PlainHTTPHost(s.BaseURL, s.Token); plain {
+		r.logger.Warn("the shared token goes to CubeMaster over plain http to a host that is not loopback; "+
+			"anyone on the path can read it: use https in master.addr", "host", host)
+	}
+}
+
+// PlainHTTPHost returns the host of baseURL and true when a token is set
+// and baseURL is http:// to a host other than loopback (localhost, 127/8,
+// ::1), where the token can be read on the wire.
+func PlainHTTPHost(baseURL, token string) (string, bool) {
+	u, err := url.Parse(baseURL)
+	if err != nil || strings.TrimSpace(token) == "" || !strings.EqualFold(u.Scheme, "http") {
+		return "", false
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return host, false
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Unmap().IsLoopback() {
+		return host, false
+	}
+	return host, true
+}
+
 // Wake tells the reporter new reports are waiting.
 func (r *Reporter) Wake() {
 	select {
@@ -141,6 +180,7 @@ func (r *Reporter) Wake() {
 // Run delivers reports until ctx ends.
 func (r *Reporter) Run(ctx context.Context) {
 	failures := 0
+	r.CheckTransport()
 	for {
 		if err := r.DeliverDue(ctx); err != nil && ctx.Err() == nil {
 			failures++

@@ -22,6 +22,17 @@ else
 	install -d -m 0750 -o cube-templatecenter -g cube-templatecenter "$STATE" /var/cache/cube-templatecenter
 fi
 
+conf=/etc/cube-templatecenter/conf.yaml
+# conf.yaml may hold passwords: readable by root and the service's group
+# only (0640 root:cube-templatecenter), also when an older package left it
+# 0644. A group other than root was chosen by the administrator: kept.
+if [ -f "$conf" ]; then
+	if [ "$(stat -c %g "$conf")" = 0 ]; then
+		chgrp cube-templatecenter "$conf"
+	fi
+	chmod g-w,o-rwx "$conf"
+fi
+
 running=false
 if [ -d /run/systemd/system ]; then
 	running=true

@@ -99,6 +99,12 @@ func (m *MySQL) initialize(ctx context.Context, installDB string, o options) err
 		"--socket=" + m.socket(), "--pid-file=" + filepath.Join(m.Dir, "run", "mariadbd.pid"),
 		"--tmpdir=" + filepath.Join(m.Dir, "tmp")}, asRoot...)
 	m.args = append(m.args, mariadbTuning...)
+	if t := o.tls; t != nil {
+		// The socket counts as secure: the package's root connections
+		// stay plain, every TCP client needs TLS.
+		m.args = append(m.args, "--ssl-ca="+t.caFile, "--ssl-cert="+t.certFile, "--ssl-key="+t.keyFile,
+			"--require-secure-transport=ON")
+	}
 	for _, v := range o.vars {
 		m.args = append(m.args, "--"+v[0]+"="+v[1])
 	}

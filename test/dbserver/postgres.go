@@ -93,6 +93,14 @@ func (pg *Postgres) initialize(ctx context.Context, initdb string, o options) er
 	if err := os.Mkdir(filepath.Join(pg.Dir, "run"), 0o700); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
+	var serverTLS *serverTLS
+	if o.tls != nil {
+		// postgres runs as its own user and refuses a key others can read.
+		var err error
+		if serverTLS, err = o.tls.copyTo(filepath.Join(pg.Dir, "tls")); err != nil {
+			return fmt.Errorf("postgres: copy TLS files: %w", err)
+		}
+	}
 	if err := pg.as.chownAll(pg.Dir); err != nil {
 		return fmt.Errorf("postgres: hand the directory to %s: %w", postgresSystemUser, err)
 	}
@@ -107,6 +115,13 @@ func (pg *Postgres) initialize(ctx context.Context, initdb string, o options) er
 	}
 	os.Remove(pwfile)
 	pg.args = []string{"-D", data, "-k", filepath.Join(pg.Dir, "run")}
+	if t := serverTLS; t != nil {
+		if err := pg.requireTLS(data); err != nil {
+			return err
+		}
+		pg.args = append(pg.args, "-c", "ssl=on", "-c", "ssl_cert_file="+t.certFile, "-c", "ssl_key_file="+t.keyFile,
+			"-c", "ssl_ca_file="+t.caFile)
+	}
 	for _, vars := range [][][2]string{postgresTuning, o.vars} { // later -c wins
 		for _, v := range vars {
 			pg.args = append(pg.args, "-c", v[0]+"="+v[1])
@@ -132,6 +147,25 @@ func (pg *Postgres) initialize(ctx context.Context, initdb string, o options) er
 	if err != nil {
 		pg.Stop()
 		return fmt.Errorf("create postgres database and user: %w", err)
+	}
+	return nil
+}
+
+// postgresTLSOnlyHBA lets User and any other role in over TLS only; the
+// superuser keeps a plain line, for the package's administration.
+const postgresTLSOnlyHBA = `local all all trust
+host all tcadmin 127.0.0.1/32 scram-sha-256
+hostssl all all 127.0.0.1/32 scram-sha-256
+`
+
+// requireTLS replaces initdb's pg_hba.conf with postgresTLSOnlyHBA.
+func (pg *Postgres) requireTLS(data string) error {
+	hba := filepath.Join(data, "pg_hba.conf")
+	if err := os.WriteFile(hba, []byte(postgresTLSOnlyHBA), 0o600); err != nil {
+		return fmt.Errorf("postgres: write pg_hba.conf: %w", err)
+	}
+	if err := pg.as.chownAll(hba); err != nil {
+		return fmt.Errorf("postgres: hand pg_hba.conf to %s: %w", postgresSystemUser, err)
 	}
 	return nil
 }

@@ -54,6 +54,7 @@ type Option func(*options)
 
 type options struct {
 	vars [][2]string
+	tls  *serverTLS
 }
 
 // WithVar sets a server variable: `--name=value` for mariadbd, `-c

@@ -2,6 +2,7 @@ package dbserver
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -26,6 +27,9 @@ type Redis struct {
 
 	binary string
 	args   []string
+	// tls, when set, is the client side of WithTLS: the server listens
+	// on a TLS port only.
+	tls *tls.Config
 	running
 }
 
@@ -47,6 +51,14 @@ func NewRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	// throwaway password on a test machine.
 	r.args = []string{"--bind", "127.0.0.1", "--requirepass", r.Password, "--save", "",
 		"--appendonly", "no", "--dir", dir, "--daemonize", "no", "--logfile", ""}
+	if t := o.tls; t != nil {
+		if r.tls, err = t.clientConfig(); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		r.args = append(r.args, "--tls-cert-file", t.certFile, "--tls-key-file", t.keyFile,
+			"--tls-ca-cert-file", t.caFile, "--tls-auth-clients", "no")
+	}
 	for _, v := range o.vars {
 		r.args = append(r.args, "--"+v[0], v[1])
 	}
@@ -69,10 +81,11 @@ func StartRedis(tb testing.TB, opts ...Option) *Redis {
 	return startForTest(tb, "redis", NewRedis, opts)
 }
 
-// Client returns a go-redis client with the password, for checks that go
-// around the code under test; the caller closes it.
+// Client returns a go-redis client with the password (and TLS trusting the
+// CA, under WithTLS), for checks that go around the code under test; the
+// caller closes it.
 func (r *Redis) Client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password, MaxRetries: -1})
+	return redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password, MaxRetries: -1, TLSConfig: r.tls})
 }
 
 // Start runs the server on its address and waits until it answers an
@@ -87,7 +100,11 @@ func (r *Redis) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start redis: %w", err)
 	}
-	cmd := exec.Command(r.binary, append([]string{"--port", port}, r.args...)...)
+	ports := []string{"--port", port}
+	if r.tls != nil {
+		ports = []string{"--port", "0", "--tls-port", port}
+	}
+	cmd := exec.Command(r.binary, append(ports, r.args...)...)
 	cmd.Dir, cmd.Env = r.Dir, cleanEnv(r.Dir)
 	client := r.Client()
 	defer client.Close()

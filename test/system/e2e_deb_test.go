@@ -26,6 +26,7 @@ func TestDebUnderSystemd(t *testing.T) {
 	// socket started.
 	c.must("dpkg", "-i", debOld)
 	c.must("getent", "passwd", "cube-templatecenter")
+	checkConfMode(t, c, "after install")
 	for _, dir := range []string{storeDir, stateDir, cacheDir} {
 		if owner := strings.TrimSpace(c.must("stat", "-c", "%U", dir)); owner != "cube-templatecenter" {
 			t.Errorf("%s owned by %q", dir, owner)
@@ -190,7 +191,9 @@ func TestDebUnderSystemd(t *testing.T) {
 	w.submit("deb-upgrade")
 	w.waitRefusedTerminal("deb-upgrade")
 	before = c.agent()
+	loosenConf(c)
 	c.must("dpkg", "-i", debNew)
+	checkConfMode(t, c, "after an upgrade from a world-readable one")
 	after := c.agent()
 	if after.pid == before.pid || after.active != "active" {
 		t.Errorf("upgrade did not restart the running agent: before %s, after %s", before, after)

@@ -53,6 +53,7 @@ func TestInstallScriptUnderSystemd(t *testing.T) {
 			t.Errorf("install.sh output lacks %q:\n%s", want, out)
 		}
 	}
+	checkConfMode(t, c, "after install.sh")
 	env := c.readFile(envPath)
 	if !strings.Contains(env, "CUBE_MASTER_ADDR=\""+w.cm.URL()+"\"") || !strings.Contains(env, "CUBE_TEMPLATE_CALLBACK_TOKEN=\""+token+"\"") ||
 		strings.Contains(env, "MYSQL") {
@@ -86,7 +87,9 @@ func TestInstallScriptUnderSystemd(t *testing.T) {
 	w.submit("sh-upgrade")
 	w.waitRefusedTerminal("sh-upgrade")
 	before := c.agent()
+	loosenConf(c)
 	out = install("--binary", "/mnt/v2/templatecenter")
+	checkConfMode(t, c, "after install.sh upgraded a world-readable one")
 	if !strings.Contains(out, "upgraded in place to templatecenter "+upgrade.Version) || !strings.Contains(out, "keeping the existing "+confPath) {
 		t.Errorf("rerun output:\n%s", out)
 	}

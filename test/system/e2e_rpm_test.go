@@ -27,6 +27,7 @@ func TestRPMUnderSystemd(t *testing.T) {
 	// and started the socket only.
 	rpm("-i", "--nodeps", "/mnt/v1/"+filepath.Base(old.RPM))
 	c.must("getent", "passwd", "cube-templatecenter")
+	checkConfMode(t, c, "after install")
 	for _, dir := range []string{storeDir, stateDir, cacheDir} {
 		if owner := strings.TrimSpace(c.must("stat", "-c", "%U", dir)); owner != "cube-templatecenter" {
 			t.Errorf("%s owned by %q", dir, owner)
@@ -58,7 +59,9 @@ func TestRPMUnderSystemd(t *testing.T) {
 	w.submit("rpm-upgrade")
 	w.waitRefusedTerminal("rpm-upgrade")
 	before := c.agent()
+	loosenConf(c)
 	rpm("-U", "--nodeps", "/mnt/v2/"+filepath.Base(upgrade.RPM))
+	checkConfMode(t, c, "after an upgrade from a world-readable one")
 	if after := c.agent(); after.pid == before.pid || after.active != "active" {
 		t.Errorf("upgrade did not restart the running agent: before %s, after %s", before, after)
 	}

@@ -65,7 +65,7 @@ func TestInstallScriptStaging(t *testing.T) {
 		"usr/local/bin/templatecenter": 0o755, "etc/systemd/system/" + serviceUnit: 0o644,
 		"etc/systemd/system/" + socketUnit: 0o644, "etc/sysusers.d/cube-templatecenter.conf": 0o644,
 		"etc/tmpfiles.d/cube-templatecenter.conf": 0o644, "usr/local/share/man/man8/templatecenter.8": 0o644,
-		"etc/cube-templatecenter/conf.yaml": 0o644, "etc/cube-templatecenter/templatecenter.env": 0o600,
+		"etc/cube-templatecenter/conf.yaml": 0o640, "etc/cube-templatecenter/templatecenter.env": 0o600,
 	}
 	var found []string
 	filepath.Walk(dest, func(path string, fi os.FileInfo, err error) error {

@@ -21,7 +21,7 @@ var packagedFiles = map[string]string{
 	"/lib/systemd/system/" + socketUnit:                      "-rw-r--r--",
 	"/usr/lib/sysusers.d/cube-templatecenter.conf":           "-rw-r--r--",
 	"/usr/lib/tmpfiles.d/cube-templatecenter.conf":           "-rw-r--r--",
-	"/etc/cube-templatecenter/conf.yaml":                     "-rw-r--r--",
+	"/etc/cube-templatecenter/conf.yaml":                     "-rw-r-----",
 	"/etc/cube-templatecenter/templatecenter.env":            "-rw-------",
 	"/usr/share/doc/cube-templatecenter/copyright":           "-rw-r--r--",
 	"/usr/share/doc/cube-templatecenter/changelog.Debian.gz": "-rw-r--r--",
