@@ -239,7 +239,12 @@ func newTestPuller(t testing.TB, opts Options) *Puller {
 // fetchAll resolves and fetches ref and checks every blob against want.
 func fetchAll(t testing.TB, p *Puller, src Source, want [][]byte) *Image {
 	t.Helper()
-	ctx := context.Background()
+	return fetchAllCtx(t, context.Background(), p, src, want)
+}
+
+// fetchAllCtx is fetchAll under ctx.
+func fetchAllCtx(t testing.TB, ctx context.Context, p *Puller, src Source, want [][]byte) *Image {
+	t.Helper()
 	img, err := p.Resolve(ctx, src)
 	if err != nil {
 		t.Fatalf("Resolve(%s): %v", src.Ref, err)
