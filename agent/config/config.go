@@ -165,15 +165,18 @@ type Registry struct {
 	// DenyNetworks lists the CIDRs no registry connection may reach
 	// (registry, token endpoint, blob redirects), checked on the resolved
 	// address; link-local and cloud metadata addresses by default.
+	// Loopback is denied apart from this list, unless the registry is in
+	// Insecure or Mirrors or AllowNetworks holds the address.
 	DenyNetworks []string `yaml:"deny_networks"`
 	// AllowNetworks, when not empty, is the only CIDRs registry
-	// connections may reach.
+	// connections may reach; a loopback CIDR in it lifts the loopback deny.
 	AllowNetworks []string `yaml:"allow_networks"`
 }
 
 // DefaultDenyNetworks are registry.deny_networks by default: link-local
-// addresses and the cloud metadata services. Loopback and private ranges
-// stay allowed, for local mirrors.
+// addresses and the cloud metadata services. Private ranges stay allowed,
+// for local registries and mirrors; loopback is denied apart from this list
+// (see Registry.DenyNetworks).
 func DefaultDenyNetworks() []string {
 	return []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32"}
 }

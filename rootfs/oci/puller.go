@@ -195,7 +195,7 @@ func New(opts Options) (*Puller, error) {
 	if reg.keychain == nil {
 		reg.keychain = authn.DefaultKeychain
 	}
-	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks)
+	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks, nil)
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
@@ -207,6 +207,7 @@ func New(opts Options) (*Puller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
+	policy.list(proxyTargets(tr)...)
 	stall := opts.StallTimeout
 	if stall == 0 {
 		stall = DefaultStallTimeout
@@ -224,6 +225,7 @@ func New(opts Options) (*Puller, error) {
 			return nil, fmt.Errorf("new puller: insecure registry %q: %w", h, err)
 		}
 		reg.insecure[r.RegistryStr()] = true
+		policy.list(r.RegistryStr())
 	}
 	for host, list := range opts.Mirrors {
 		r, err := name.NewRegistry(host)
@@ -236,6 +238,8 @@ func New(opts Options) (*Puller, error) {
 				return nil, fmt.Errorf("new puller: mirror %q of %s: %w", m, host, err)
 			}
 			reg.mirrors[r.RegistryStr()] = append(reg.mirrors[r.RegistryStr()], mi)
+			mhost, _, _ := strings.Cut(mi.prefix, "/")
+			policy.list(mhost)
 		}
 	}
 	for _, r := range opts.LocalRoots {
