@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -67,11 +68,15 @@ func builderOptions(t testing.TB, insecure ...string) rootfs.Options {
 	return rootfs.Options{
 		Store: rootfs.Store(t.TempDir()),
 		Pull: rootfs.PullOptions{CacheDir: t.TempDir(), Insecure: insecure,
-			Keychain: authn.NewMultiKeychain()},
+			Keychain: authn.NewMultiKeychain(), AllowNetworks: testNetworks},
 		HeadroomPercent: 10,
 		HeadroomInodes:  256,
 	}
 }
+
+// testNetworks lets builderOptions reach the tests' registries, which
+// listen on loopback: the network policy denies it by default.
+var testNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
 // newBuilder opens a Builder that is closed when the test ends.
 func newBuilder(t testing.TB, opts rootfs.Options) *rootfs.Builder {

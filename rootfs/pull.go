@@ -45,8 +45,12 @@ type PullOptions struct {
 	// connections may reach.
 	AllowNetworks []netip.Prefix
 	// StallTimeout ends a registry download that brings no data for this
-	// long (5 minutes when 0); it is tried once more, then the build fails.
+	// long, or less than MinTransferRate over this long (5 minutes when 0);
+	// it is tried once more, then the build fails.
 	StallTimeout time.Duration
+	// MinTransferRate is the slowest a registry response may deliver, in
+	// bytes per second averaged over StallTimeout (1 KiB/s when 0).
+	MinTransferRate int64
 	// TranscodeZstd has the cache re-encode gzip layers as zstd in the
 	// background, so later builds decompress them faster.
 	TranscodeZstd bool
@@ -71,6 +75,7 @@ func (o PullOptions) ociOptions() oci.Options {
 		DenyNetworks:    o.DenyNetworks,
 		AllowNetworks:   o.AllowNetworks,
 		StallTimeout:    o.StallTimeout,
+		MinTransferRate: o.MinTransferRate,
 		TranscodeZstd:   o.TranscodeZstd,
 		Logger:          o.Logger,
 		LocalRoots:      o.LocalRoots,

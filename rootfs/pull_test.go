@@ -77,6 +77,16 @@ func TestPullNetworkPolicy(t *testing.T) {
 	if n := conns.Load(); n != 0 {
 		t.Errorf("the denied registry saw %d connections", n)
 	}
+	// Loopback is denied by default, naming the settings that allow it.
+	opts = builderOptions(t)
+	opts.Pull.AllowNetworks = nil
+	_, err = newBuilder(t, opts).Resolve(context.Background(), rootfs.Source{Ref: ref})
+	if !errors.Is(err, oci.ErrNetworkDenied) || !strings.Contains(err.Error(), "is loopback, denied by default; list the registry in registry.insecure or registry.mirrors, or add 127.0.0.0/8 to registry.allow_networks") {
+		t.Fatalf("Resolve error = %v, want the loopback refusal", err)
+	}
+	if n := conns.Load(); n != 0 {
+		t.Errorf("the denied registry saw %d connections", n)
+	}
 
 	_, err = newBuilder(t, builderOptions(t)).Resolve(context.Background(), rootfs.Source{Ref: ref})
 	if !errors.Is(err, oci.ErrNotFound) || strings.Contains(err.Error(), marker) {

@@ -150,8 +150,14 @@ type Build struct {
 	// MaxImageSize bounds the file content one image may expand to.
 	MaxImageSize ByteSize `yaml:"max_image_size"`
 	// StallTimeout ends a registry download that brings no data for this
-	// long; it is tried once more, then the build fails.
+	// long, or less than MinTransferRate over this long; it is tried once
+	// more, then the build fails. Small documents (ping, token, manifest,
+	// config) must also be complete within twice this.
 	StallTimeout time.Duration `yaml:"stall_timeout"`
+	// MinTransferRate is the slowest a registry response may deliver, in
+	// bytes per second averaged over StallTimeout: one that trickles a byte
+	// now and then would otherwise hold a build slot until Timeout.
+	MinTransferRate ByteSize `yaml:"min_transfer_rate"`
 }
 
 // Registry holds pull settings.
@@ -166,15 +172,18 @@ type Registry struct {
 	// DenyNetworks lists the CIDRs no registry connection may reach
 	// (registry, token endpoint, blob redirects), checked on the resolved
 	// address; link-local and cloud metadata addresses by default.
+	// Loopback is denied apart from this list, unless the registry is in
+	// Insecure or Mirrors or AllowNetworks holds the address.
 	DenyNetworks []string `yaml:"deny_networks"`
 	// AllowNetworks, when not empty, is the only CIDRs registry
-	// connections may reach.
+	// connections may reach; a loopback CIDR in it lifts the loopback deny.
 	AllowNetworks []string `yaml:"allow_networks"`
 }
 
 // DefaultDenyNetworks are registry.deny_networks by default: link-local
-// addresses and the cloud metadata services. Loopback and private ranges
-// stay allowed, for local mirrors.
+// addresses and the cloud metadata services. Private ranges stay allowed,
+// for local registries and mirrors; loopback is denied apart from this list
+// (see Registry.DenyNetworks).
 func DefaultDenyNetworks() []string {
 	return []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32"}
 }
@@ -225,7 +234,7 @@ func Default() *Config {
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
 			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DirectIO: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
 			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30,
-			StallTimeout: 5 * time.Minute},
+			StallTimeout: 5 * time.Minute, MinTransferRate: 1 << 10},
 		Registry: Registry{DenyNetworks: DefaultDenyNetworks()},
 		Shutdown: Shutdown{Timeout: 25 * time.Second},
 		// The artifact store's defaults live beside it, in artifactstore.go.
@@ -461,6 +470,9 @@ func (c *Config) Validate() error {
 			bad(r.key, "%d is outside %d..%d", r.v, r.lo, r.hi)
 		}
 	}
+	if c.Build.MinTransferRate < 1 {
+		bad("build.min_transfer_rate", "%d is not a positive rate (bytes per second, e.g. 1KiB)", c.Build.MinTransferRate)
+	}
 	if c.Build.MaxEntries < 1 {
 		bad("build.max_entries", "%d is not a positive count", c.Build.MaxEntries)
 	}
@@ -537,8 +549,8 @@ func (c *Config) RestartOnly(next *Config) []string {
 		b.LayerCacheZstd != n.LayerCacheZstd || b.DirectIO != n.DirectIO || b.DownloadJobs != n.DownloadJobs ||
 		b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes ||
 		b.MaxEntries != n.MaxEntries || b.MaxTreeMemory != n.MaxTreeMemory || b.MaxImageSize != n.MaxImageSize ||
-		b.StallTimeout != n.StallTimeout {
-		keys = append(keys, "build (ca_path, platform, layer_cache_*, direct_io, download_jobs, headroom_*, max_entries, max_tree_memory, max_image_size, stall_timeout)")
+		b.StallTimeout != n.StallTimeout || b.MinTransferRate != n.MinTransferRate {
+		keys = append(keys, "build (ca_path, platform, layer_cache_*, direct_io, download_jobs, headroom_*, max_entries, max_tree_memory, max_image_size, stall_timeout, min_transfer_rate)")
 	}
 	if !reflect.DeepEqual(c.Registry, next.Registry) {
 		keys = append(keys, "registry")

@@ -94,6 +94,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		"master:\n  retry_initial: 10s\n  retry_max: 1s\n": "master.retry_max",
 		"just a string":                                    "parse YAML",
 		"build:\n  stall_timeout: 0s\n":                    "build.stall_timeout",
+		"build:\n  min_transfer_rate: 0\n":                 "build.min_transfer_rate",
 		"registry:\n  deny_networks: [10.0.0/8]\n":         `registry.deny_networks: "10.0.0/8" is not a CIDR`,
 		"registry:\n  allow_networks: [127.0.0.1]\n":       `registry.allow_networks: "127.0.0.1" is not a CIDR`,
 		"common:\n  max_concurrent_uploads: 0\n":           "common.max_concurrent_uploads",
@@ -142,6 +143,9 @@ func TestRegistryNetworks(t *testing.T) {
 	c := Default()
 	if c.Build.StallTimeout != 5*time.Minute {
 		t.Errorf("build.stall_timeout default = %s, want 5m", c.Build.StallTimeout)
+	}
+	if c.Build.MinTransferRate != 1<<10 {
+		t.Errorf("build.min_transfer_rate default = %s, want 1KiB", c.Build.MinTransferRate)
 	}
 	deny, allow, err := c.Registry.Networks()
 	if err != nil {

@@ -42,6 +42,7 @@ func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error
 			DenyNetworks:    deny,
 			AllowNetworks:   allow,
 			StallTimeout:    cfg.Build.StallTimeout,
+			MinTransferRate: int64(cfg.Build.MinTransferRate),
 		},
 	})
 }

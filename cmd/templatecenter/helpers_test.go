@@ -266,6 +266,9 @@ func newHarness(t testing.TB, masterURL, token string) *harness {
 		"build":    {"max_concurrent_builds": 2, "heartbeat_interval": "1s", "ca_path": filepath.Join(dir, "ca.crt")},
 		"master":   {"callback_timeout": "2s", "retry_initial": "100ms", "retry_max": "1s"},
 		"shutdown": {"timeout": shutdownTimeout.String()},
+		// The tests' registries (and unreachableImage) are on loopback,
+		// which the agent denies by default: the one place they are let in.
+		"registry": {"allow_networks": []string{"127.0.0.0/8", "::1/128"}},
 	}
 	return h
 }

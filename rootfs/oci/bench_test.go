@@ -35,7 +35,7 @@ func BenchmarkFetchCold(b *testing.B) {
 	b.SetBytes(size)
 	for b.Loop() {
 		b.StopTimer()
-		p, err := New(Options{CacheDir: b.TempDir(), Keychain: emptyKeychain})
+		p, err := New(testOptions(b.TempDir()))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func BenchmarkFetchWarm(b *testing.B) {
 func BenchmarkFetchWarmRestart(b *testing.B) {
 	_, src, size := benchImage(b)
 	dir := b.TempDir()
-	p, err := New(Options{CacheDir: dir, Keychain: emptyKeychain})
+	p, err := New(testOptions(dir))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func BenchmarkFetchWarmRestart(b *testing.B) {
 	p.Close()
 	b.SetBytes(size)
 	for b.Loop() {
-		p, err := New(Options{CacheDir: dir, Keychain: emptyKeychain})
+		p, err := New(testOptions(dir))
 		if err != nil {
 			b.Fatal(err)
 		}

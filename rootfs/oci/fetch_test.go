@@ -170,12 +170,12 @@ func TestCacheSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	src := Source{Ref: reg.host + "/app:v1"}
 
-	p1, err := New(Options{CacheDir: dir, Keychain: emptyKeychain})
+	p1, err := New(testOptions(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fetchAll(t, p1, src, want)
-	if _, err := New(Options{CacheDir: dir, Keychain: emptyKeychain}); !errors.Is(err, ErrCacheLocked) {
+	if _, err := New(testOptions(dir)); !errors.Is(err, ErrCacheLocked) {
 		t.Errorf("second New on a locked cache dir: error = %v, want ErrCacheLocked", err)
 	}
 	if err := p1.Close(); err != nil {
@@ -267,7 +267,7 @@ func TestEvictionOrderSurvivesRestart(t *testing.T) {
 	push(t, reg.host+"/app:a", a)
 	push(t, reg.host+"/app:b", b)
 	dir := t.TempDir()
-	p1, err := New(Options{CacheDir: dir, Keychain: emptyKeychain})
+	p1, err := New(testOptions(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestCorruptCachedBlobRefetched(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			p1, err := New(Options{CacheDir: dir, Keychain: emptyKeychain})
+			p1, err := New(testOptions(dir))
 			if err != nil {
 				t.Fatal(err)
 			}

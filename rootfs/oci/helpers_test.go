@@ -9,6 +9,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,9 +219,30 @@ func imageSize(t testing.TB, img v1.Image) int64 {
 // up the host's docker credentials.
 var emptyKeychain authn.Keychain = authn.NewMultiKeychain()
 
-// newTestPuller makes a Puller on a fresh cache dir (unless opts names one)
-// and closes it at cleanup.
+// testNetworks is the AllowNetworks of newTestPuller: the tests' registries
+// listen on loopback, which the network policy denies by default.
+var testNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
+// testOptions are the Options of a test's own New: cache in dir, no
+// credentials, the tests' loopback registries allowed.
+func testOptions(dir string) Options {
+	return Options{CacheDir: dir, Keychain: emptyKeychain, AllowNetworks: testNetworks}
+}
+
+// newTestPuller makes a Puller on a fresh cache dir (unless opts names one),
+// allowed to reach the tests' loopback registries (unless opts sets
+// AllowNetworks), and closes it at cleanup.
 func newTestPuller(t testing.TB, opts Options) *Puller {
+	t.Helper()
+	if opts.AllowNetworks == nil {
+		opts.AllowNetworks = testNetworks
+	}
+	return newStrictPuller(t, opts)
+}
+
+// newStrictPuller is newTestPuller with the network policy as opts gives
+// it: loopback denied unless opts allows it.
+func newStrictPuller(t testing.TB, opts Options) *Puller {
 	t.Helper()
 	if opts.CacheDir == "" {
 		opts.CacheDir = t.TempDir()
@@ -239,7 +261,12 @@ func newTestPuller(t testing.TB, opts Options) *Puller {
 // fetchAll resolves and fetches ref and checks every blob against want.
 func fetchAll(t testing.TB, p *Puller, src Source, want [][]byte) *Image {
 	t.Helper()
-	ctx := context.Background()
+	return fetchAllCtx(t, context.Background(), p, src, want)
+}
+
+// fetchAllCtx is fetchAll under ctx.
+func fetchAllCtx(t testing.TB, ctx context.Context, p *Puller, src Source, want [][]byte) *Image {
+	t.Helper()
 	img, err := p.Resolve(ctx, src)
 	if err != nil {
 		t.Fatalf("Resolve(%s): %v", src.Ref, err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -14,14 +15,32 @@ import (
 
 // DefaultDenyNetworks lists the networks registry connections may not reach
 // when Options.DenyNetworks is nil: link-local addresses and the cloud
-// metadata services (AWS IPv6, Alibaba Cloud). Loopback and private ranges
-// stay reachable, for local mirrors.
+// metadata services (AWS IPv6, Alibaba Cloud). Private ranges stay
+// reachable, for local registries and mirrors; the host's own addresses
+// (LoopbackNetworks) are denied apart from this list.
 func DefaultDenyNetworks() []netip.Prefix {
 	return []netip.Prefix{
 		netip.MustParsePrefix("169.254.0.0/16"),
 		netip.MustParsePrefix("fe80::/10"),
 		netip.MustParsePrefix("fd00:ec2::254/128"),
 		netip.MustParsePrefix("100.100.100.200/32"),
+	}
+}
+
+// LoopbackNetworks lists the addresses that reach the agent's own host:
+// loopback, and the unspecified addresses, which Linux connects to the
+// host as well. Registry connections may not reach them unless the
+// operator named the registry (Options.Insecure, a mirror in
+// Options.Mirrors) or allowed the address (Options.AllowNetworks): an
+// image reference or a registry's redirect would otherwise reach any
+// service of the host, on any path, and the error would tell a port scan
+// what is there.
+func LoopbackNetworks() []netip.Prefix {
+	return []netip.Prefix{
+		netip.MustParsePrefix("127.0.0.0/8"),
+		netip.MustParsePrefix("::1/128"),
+		netip.MustParsePrefix("0.0.0.0/8"),
+		netip.MustParsePrefix("::/128"),
 	}
 }
 
@@ -32,7 +51,8 @@ var ErrNetworkDenied = errors.New("registry address refused by the network polic
 // NetworkDeniedError says which address a registry connection would have
 // reached and which rule refused it. errors.Is(err, ErrNetworkDenied) holds.
 type NetworkDeniedError struct {
-	// Host is the name or address the connection was made for.
+	// Host is the name or address the connection was made for, with the
+	// port when known.
 	Host string
 	// Addr is the address the connection would have reached.
 	Addr netip.Addr
@@ -41,13 +61,27 @@ type NetworkDeniedError struct {
 	Rule netip.Prefix
 	// Allow lists registry.allow_networks when it refused Addr.
 	Allow []netip.Prefix
+	// Loopback is set when Addr is one of the host's own (LoopbackNetworks)
+	// and nothing the operator configured lets the connection reach it.
+	Loopback bool
 }
 
-// Error names the address, its host and the rule that refused it.
+// Error names the address, its host and the rule that refused it, and for
+// the host's own addresses the settings that allow them.
 func (e *NetworkDeniedError) Error() string {
 	who := "registry address " + e.Addr.String()
-	if e.Host != "" && e.Host != e.Addr.String() {
-		who += " (of " + e.Host + ")"
+	if e.Loopback {
+		if e.Host != "" && e.Host != e.Addr.String() {
+			who += " (of " + e.Host + ")"
+		}
+		net := "127.0.0.0/8"
+		if e.Addr.Is6() {
+			net = "::1/128"
+		}
+		return fmt.Sprintf("%s is loopback, denied by default; list the registry in registry.insecure or registry.mirrors, or add %s to registry.allow_networks", who, net)
+	}
+	if h := hostOnly(e.Host); h != "" && h != e.Addr.String() {
+		who += " (of " + h + ")"
 	}
 	if e.Rule.IsValid() {
 		return fmt.Sprintf("%s is in registry.deny_networks %s", who, e.Rule)
@@ -62,19 +96,35 @@ func (e *NetworkDeniedError) Error() string {
 // Is reports ErrNetworkDenied.
 func (e *NetworkDeniedError) Is(target error) bool { return target == ErrNetworkDenied }
 
+// hostOnly strips the port from host:port, and the brackets of an IPv6
+// literal.
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+}
+
 // netPolicy decides which addresses registry connections may reach: none in
-// deny, and, when allow is not empty, only those in allow.
+// deny; when allow is not empty, only those in allow; and none of the
+// host's own (LoopbackNetworks) unless allow holds the address or the
+// connection is for a host the operator listed.
 type netPolicy struct {
 	deny, allow []netip.Prefix
+	// listed holds the operator's registry hosts, lower case, as
+	// "host:port", or as "host" for an entry without a port (any port).
+	listed map[string]bool
 }
 
 // newNetPolicy normalises the prefixes: masked, IPv4-mapped IPv6 prefixes
-// as IPv4. nil deny means DefaultDenyNetworks.
-func newNetPolicy(deny, allow []netip.Prefix) (*netPolicy, error) {
+// as IPv4. nil deny means DefaultDenyNetworks. listed names the registry
+// hosts ("host[:port]") that may be on the host's own addresses.
+func newNetPolicy(deny, allow []netip.Prefix, listed []string) (*netPolicy, error) {
 	if deny == nil {
 		deny = DefaultDenyNetworks()
 	}
-	p := &netPolicy{}
+	p := &netPolicy{listed: make(map[string]bool)}
+	p.list(listed...)
 	for _, l := range []struct {
 		key  string
 		in   []netip.Prefix
@@ -98,34 +148,60 @@ func normPrefix(p netip.Prefix) netip.Prefix {
 	return p.Masked()
 }
 
-// check refuses addr when the policy does; host names the connection's
-// target for the message.
-func (p *netPolicy) check(host string, addr netip.Addr) error {
+// check refuses addr when the policy does; target is the "host:port" the
+// connection is for: it is matched against the listed hosts, and named in
+// the message.
+func (p *netPolicy) check(target string, addr netip.Addr) error {
 	addr = addr.Unmap().WithZone("")
 	for _, pr := range p.deny {
 		if pr.Contains(addr) {
-			return &NetworkDeniedError{Host: host, Addr: addr, Rule: pr}
+			return &NetworkDeniedError{Host: target, Addr: addr, Rule: pr}
 		}
 	}
-	if len(p.allow) == 0 {
-		return nil
-	}
+	allowed := false
 	for _, pr := range p.allow {
 		if pr.Contains(addr) {
-			return nil
+			allowed = true
+			break
 		}
 	}
-	return &NetworkDeniedError{Host: host, Addr: addr, Allow: p.allow}
+	if len(p.allow) > 0 && !allowed {
+		return &NetworkDeniedError{Host: target, Addr: addr, Allow: p.allow}
+	}
+	if allowed || p.isListed(target) {
+		return nil
+	}
+	for _, pr := range LoopbackNetworks() {
+		if pr.Contains(addr) {
+			return &NetworkDeniedError{Host: target, Addr: addr, Loopback: true}
+		}
+	}
+	return nil
+}
+
+// list adds registry hosts the operator named; only before the policy is
+// in use.
+func (p *netPolicy) list(hosts ...string) {
+	for _, h := range hosts {
+		p.listed[strings.ToLower(h)] = true
+	}
+}
+
+// isListed reports whether target ("host:port") is a registry the operator
+// named, with its port or without one.
+func (p *netPolicy) isListed(target string) bool {
+	t := strings.ToLower(target)
+	return p.listed[t] || p.listed[hostOnly(t)]
 }
 
 // checkAddr checks a "host:port" or net.Addr string whose host is an IP
 // address; anything else is refused, since the policy cannot place it.
-func (p *netPolicy) checkAddr(host, hostport string) error {
+func (p *netPolicy) checkAddr(target, hostport string) error {
 	ap, err := netip.ParseAddrPort(hostport)
 	if err != nil {
-		return fmt.Errorf("registry connection to %s: address %q is not an IP address the network policy can check", host, hostport)
+		return fmt.Errorf("registry connection to %s: address %q is not an IP address the network policy can check", target, hostport)
 	}
-	return p.check(host, ap.Addr())
+	return p.check(target, ap.Addr())
 }
 
 // dialer returns a DialContext that checks each resolved address in the
@@ -133,15 +209,11 @@ func (p *netPolicy) checkAddr(host, hostport string) error {
 // around the policy, and a refused address sees no connection attempt.
 func (p *netPolicy) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			host = addr
-		}
 		d := &net.Dialer{
 			Timeout:   30 * time.Second,
 			KeepAlive: 30 * time.Second,
 			Control: func(_, address string, _ syscall.RawConn) error {
-				return p.checkAddr(host, address)
+				return p.checkAddr(addr, address)
 			},
 		}
 		return d.DialContext(ctx, network, addr)
@@ -156,11 +228,7 @@ func (p *netPolicy) wrapDial(dial func(ctx context.Context, network, addr string
 		if err != nil {
 			return nil, err
 		}
-		host, _, serr := net.SplitHostPort(addr)
-		if serr != nil {
-			host = addr
-		}
-		if err := p.checkAddr(host, conn.RemoteAddr().String()); err != nil {
+		if err := p.checkAddr(addr, conn.RemoteAddr().String()); err != nil {
 			conn.Close()
 			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 		}
@@ -207,5 +275,35 @@ func (p *netPolicy) checkURL(req *http.Request) error {
 	if err != nil {
 		return nil // a name: checked when dialled (without a proxy)
 	}
-	return p.check(h, a)
+	return p.check(urlTarget(req.URL), a)
+}
+
+// urlTarget is the "host:port" a URL connects to.
+func urlTarget(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if u.Scheme == "http" {
+			port = "80"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// proxyTargets lists the "host:port" of the proxies tr sends registry
+// requests through: the operator chose them, so the loopback rule lets
+// them be reached (a local proxy is common). The URL-level check still
+// applies to the registries behind them.
+func proxyTargets(tr *http.Transport) []string {
+	if tr.Proxy == nil {
+		return nil
+	}
+	var out []string
+	for _, scheme := range []string{"https", "http"} {
+		req := &http.Request{Method: http.MethodGet, URL: &url.URL{Scheme: scheme, Host: "registry.invalid"}, Header: http.Header{}}
+		if u, err := tr.Proxy(req); err == nil && u != nil && u.Host != "" {
+			out = append(out, urlTarget(u))
+		}
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -168,7 +169,7 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestNetPolicyCheck(t *testing.T) {
-	p, err := newNetPolicy(nil, nil)
+	p, err := newNetPolicy(nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,10 +179,15 @@ func TestNetPolicyCheck(t *testing.T) {
 		"fe80::1%eth0":           true,
 		"fd00:ec2::254":          true,
 		"100.100.100.200":        true,
-		"127.0.0.1":              false,
+		"127.0.0.1":              true,
+		"127.1.2.3":              true,
+		"::ffff:127.0.0.1":       true,
+		"::1":                    true,
+		"0.0.0.0":                true,
+		"::":                     true,
 		"10.1.2.3":               false,
 		"192.168.0.1":            false,
-		"::1":                    false,
+		"172.16.0.1":             false,
 		"100.100.100.201":        false,
 	} {
 		err := p.check("h", netip.MustParseAddr(addr))
@@ -194,11 +200,134 @@ func TestNetPolicyCheck(t *testing.T) {
 		t.Errorf("checkAddr of an IPv4-mapped metadata address = %v, want denied", err)
 	}
 	// An IPv4-mapped rule covers the IPv4 address.
-	p, err = newNetPolicy(prefixes(t, "::ffff:10.0.0.0/104"), nil)
+	p, err = newNetPolicy(prefixes(t, "::ffff:10.0.0.0/104"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.check("h", netip.MustParseAddr("10.9.8.7")); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "10.0.0.0/8") {
 		t.Errorf("check(10.9.8.7) under ::ffff:10.0.0.0/104 = %v, want denied by 10.0.0.0/8", err)
+	}
+}
+
+// loopbackDenied is the refusal of a loopback registry address nothing
+// allowed, for host (host:port).
+func loopbackDenied(addr, host string) string {
+	return "registry address " + addr + " (of " + host + ") is loopback, denied by default; list the registry in registry.insecure or registry.mirrors, or add 127.0.0.0/8 to registry.allow_networks"
+}
+
+// TestLoopbackDeniedByDefault: with the default policy an image reference,
+// a redirect or a token realm cannot reach a service on the agent's own
+// host; the operator lifts it for the registries it names.
+func TestLoopbackDeniedByDefault(t *testing.T) {
+	img := testImage(t, 1, 512)
+	want := compressedLayers(t, img)
+	ctx := context.Background()
+
+	t.Run("Ref", func(t *testing.T) {
+		trap := newTrap(t, "127.0.0.1:0")
+		p := newStrictPuller(t, Options{})
+		_, err := p.Resolve(ctx, Source{Ref: trap.host + "/x:y"})
+		wantDenied(t, err, loopbackDenied("127.0.0.1", trap.host))
+		_, port, _ := net.SplitHostPort(trap.host)
+		for _, host := range []string{"127.0.0.1:" + port, "127.9.9.9:" + port, "0.0.0.0:" + port, "localhost:" + port} {
+			_, err := p.Resolve(ctx, Source{Ref: "http://" + host + "/x:y"})
+			if !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "is loopback, denied by default") {
+				t.Errorf("Resolve(%s): %v, want the loopback refusal", host, err)
+			}
+		}
+		trap.untouched(t)
+	})
+	t.Run("ListedInsecure", func(t *testing.T) {
+		reg := newTestRegistry(t, nil)
+		push(t, reg.host+"/app:v1", img)
+		fetchAll(t, newStrictPuller(t, Options{Insecure: []string{reg.host}}), Source{Ref: reg.host + "/app:v1"}, want)
+	})
+	t.Run("ListedMirror", func(t *testing.T) {
+		reg := newTestRegistry(t, nil)
+		push(t, reg.host+"/library/app:v1", img)
+		p := newStrictPuller(t, Options{Mirrors: map[string][]string{"docker.io": {"http://" + reg.host}}})
+		fetchAll(t, p, Source{Ref: "docker.io/library/app:v1"}, want)
+	})
+	t.Run("AllowNetworks", func(t *testing.T) {
+		reg := newTestRegistry(t, nil)
+		push(t, reg.host+"/app:v1", img)
+		p := newStrictPuller(t, Options{AllowNetworks: prefixes(t, "127.0.0.0/8")})
+		fetchAll(t, p, Source{Ref: reg.host + "/app:v1"}, want)
+	})
+	// A listed registry still cannot send the agent to another port of
+	// its host: not by a blob or manifest redirect, not by a token realm
+	// (go-containerregistry refuses a realm on a private address literal,
+	// not a name: the realm is localhost).
+	layer := layerDigests(t, img)[0]
+	for _, c := range []struct {
+		name  string
+		hit   func(r *http.Request) bool
+		fetch bool
+	}{
+		{"BlobRedirect", func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/blobs/"+layer.String()) }, true},
+		{"ManifestRedirect", func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/manifests/") }, false},
+		{"TokenRealm", func(r *http.Request) bool { return r.URL.Path == "/v2/" }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			trap := newTrap(t, "127.0.0.1:0")
+			_, trapPort, _ := net.SplitHostPort(trap.host)
+			var on atomic.Bool // after the push
+			reg := newTestRegistry(t, func(h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if !on.Load() || r.Method != http.MethodGet || !c.hit(r) {
+						h.ServeHTTP(w, r)
+						return
+					}
+					if c.name == "TokenRealm" {
+						w.Header().Set("WWW-Authenticate", `Bearer realm="http://localhost:`+trapPort+`/token",service="x"`)
+						w.WriteHeader(http.StatusUnauthorized)
+						return
+					}
+					http.Redirect(w, r, "http://"+trap.host+r.URL.Path, http.StatusTemporaryRedirect)
+				})
+			})
+			push(t, reg.host+"/app:v1", img)
+			on.Store(true)
+			p := newStrictPuller(t, Options{Insecure: []string{reg.host}})
+			resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
+			if c.fetch {
+				if err != nil {
+					t.Fatalf("Resolve: %v", err)
+				}
+				_, err = p.Fetch(ctx, resolved, nil)
+			}
+			if c.name == "TokenRealm" {
+				wantDenied(t, err, "(of localhost:"+trapPort+") is loopback, denied by default")
+			} else {
+				wantDenied(t, err, loopbackDenied("127.0.0.1", trap.host))
+			}
+			trap.untouched(t)
+		})
+	}
+}
+
+// TestLoopbackProxyAllowed: the operator's proxy may listen on loopback
+// (the test registry serves as one: it answers absolute-URL requests, and
+// refuses the CONNECT of the https ping).
+func TestLoopbackProxyAllowed(t *testing.T) {
+	img := testImage(t, 1, 512)
+	reg := newTestRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodConnect {
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	push(t, reg.host+"/app:v1", img)
+	proxy, err := url.Parse("http://" + reg.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newStrictPuller(t, Options{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}, Insecure: []string{"registry.test"}})
+	fetchAll(t, p, Source{Ref: "registry.test/app:v1"}, compressedLayers(t, img))
+	if reg.requestCount() == 0 {
+		t.Errorf("the proxy saw no request")
 	}
 }

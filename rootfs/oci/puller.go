@@ -80,11 +80,18 @@ type Options struct {
 	// AllowNetworks, when not empty, is the only networks registry
 	// connections may reach (DenyNetworks still applies).
 	AllowNetworks []netip.Prefix
-	// StallTimeout ends a registry request whose response headers or body
-	// bring no data for this long (DefaultStallTimeout when 0). A stalled
-	// manifest or layer download is tried once more, then fails with
-	// ErrStalled.
+	// StallTimeout ends a registry request whose response headers bring
+	// no data for this long, or whose body brings less than
+	// MinTransferRate × StallTimeout bytes in a window this long
+	// (DefaultStallTimeout when 0). A small document (ping, token,
+	// manifest, config) must also be complete within twice StallTimeout.
+	// A stalled manifest or layer download is tried once more, then fails
+	// with ErrStalled.
 	StallTimeout time.Duration
+	// MinTransferRate is the slowest a registry response may deliver, in
+	// bytes per second averaged over StallTimeout (DefaultMinTransferRate
+	// when 0).
+	MinTransferRate int64
 	// TranscodeZstd has the cache re-encode gzip layers as zstd in the
 	// background once the build that fetched them ends: later builds
 	// decompress them several times faster. Layers.Open then returns the
@@ -166,8 +173,8 @@ func New(opts Options) (*Puller, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("new puller: CacheDir is required")
 	}
-	if opts.CacheQuotaBytes < 0 || opts.Jobs < 0 || opts.StallTimeout < 0 {
-		return nil, errors.New("new puller: CacheQuotaBytes, Jobs and StallTimeout must not be negative")
+	if opts.CacheQuotaBytes < 0 || opts.Jobs < 0 || opts.StallTimeout < 0 || opts.MinTransferRate < 0 {
+		return nil, errors.New("new puller: CacheQuotaBytes, Jobs, StallTimeout and MinTransferRate must not be negative")
 	}
 	p := &Puller{platform: opts.Platform, jobs: opts.Jobs}
 	reg := &registryImages{
@@ -188,7 +195,7 @@ func New(opts Options) (*Puller, error) {
 	if reg.keychain == nil {
 		reg.keychain = authn.DefaultKeychain
 	}
-	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks)
+	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks, nil)
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
@@ -200,11 +207,17 @@ func New(opts Options) (*Puller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
+	policy.list(proxyTargets(tr)...)
 	stall := opts.StallTimeout
 	if stall == 0 {
 		stall = DefaultStallTimeout
 	}
-	reg.base = transport.NewRetry(&guardTransport{inner: tr, policy: policy, stall: stall},
+	rate := opts.MinTransferRate
+	if rate == 0 {
+		rate = DefaultMinTransferRate
+	}
+	minBytes := max(int64(float64(rate)*stall.Seconds()), 1)
+	reg.base = transport.NewRetry(&guardTransport{inner: tr, policy: policy, stall: stall, minBytes: minBytes},
 		transport.WithRetryStatusCodes(retryStatusCodes...))
 	for _, h := range opts.Insecure {
 		r, err := name.NewRegistry(h)
@@ -212,6 +225,7 @@ func New(opts Options) (*Puller, error) {
 			return nil, fmt.Errorf("new puller: insecure registry %q: %w", h, err)
 		}
 		reg.insecure[r.RegistryStr()] = true
+		policy.list(r.RegistryStr())
 	}
 	for host, list := range opts.Mirrors {
 		r, err := name.NewRegistry(host)
@@ -224,6 +238,8 @@ func New(opts Options) (*Puller, error) {
 				return nil, fmt.Errorf("new puller: mirror %q of %s: %w", m, host, err)
 			}
 			reg.mirrors[r.RegistryStr()] = append(reg.mirrors[r.RegistryStr()], mi)
+			mhost, _, _ := strings.Cut(mi.prefix, "/")
+			policy.list(mhost)
 		}
 	}
 	for _, r := range opts.LocalRoots {

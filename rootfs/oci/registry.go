@@ -215,7 +215,7 @@ func (p *registryImages) fetchConfig(ctx context.Context, ep *endpoint, rawManif
 	if m.Config.Data != nil {
 		return m.Config.Data, nil
 	}
-	rc, err := p.openBlob(withBodyCap(ctx, c.what, c.limit), ep, m.Config.Digest)
+	rc, err := p.openBlob(withBodyCap(ctx, c.what, c.limit), ep, m.Config.Digest, false)
 	if err != nil {
 		return nil, err
 	}
@@ -246,14 +246,16 @@ func (s *registrySource) openers(d v1.Hash) []blobOpener {
 		out = append(out, blobOpener{
 			where: displayRepo(ep.repo),
 			host:  ep.repo.RegistryStr(),
-			open:  func(ctx context.Context) (io.ReadCloser, error) { return s.p.openBlob(ctx, ep, d) },
+			open:  func(ctx context.Context) (io.ReadCloser, error) { return s.p.openBlob(ctx, ep, d, true) },
 		})
 	}
 	return out
 }
 
-// openBlob GETs a blob; the caller verifies what it reads.
-func (p *registryImages) openBlob(ctx context.Context, ep *endpoint, d v1.Hash) (io.ReadCloser, error) {
+// openBlob GETs a blob; the caller verifies what it reads. A layer is a
+// stream, bound by the minimum transfer rate alone; any other blob is a
+// document with a whole-request deadline (see guardTransport).
+func (p *registryImages) openBlob(ctx context.Context, ep *endpoint, d v1.Hash, layer bool) (io.ReadCloser, error) {
 	rt, err := ep.transport(ctx, p.base)
 	if err != nil {
 		return nil, err
@@ -262,6 +264,9 @@ func (p *registryImages) openBlob(ctx context.Context, ep *endpoint, d v1.Hash) 
 		Scheme: ep.repo.Scheme(),
 		Host:   ep.repo.RegistryStr(),
 		Path:   fmt.Sprintf("/v2/%s/blobs/%s", ep.repo.RepositoryStr(), d),
+	}
+	if layer {
+		ctx = withStream(ctx, u.String())
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
