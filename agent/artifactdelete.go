@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
@@ -96,10 +96,10 @@ func (a *Agent) deleteClaimed(ctx context.Context, id string) (int, string) {
 	log := a.logger.With("artifact_id", id)
 	row, claimed, err := a.db.ClaimArtifact(ctx, id)
 	switch {
-	case errors.Is(err, cmdb.ErrArtifactNotFound):
+	case errors.Is(err, masterdb.ErrArtifactNotFound):
 		ran, err := a.removeArtifactData(ctx, id, "")
 		return a.deleteAnswer(log.With("row", "none"), ran, err)
-	case errors.Is(err, cmdb.ErrUnavailable):
+	case errors.Is(err, masterdb.ErrUnavailable):
 		log.Warn("artifact delete refused: CubeMaster's database is unavailable", "err", err)
 		return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later"
 	case err != nil:
@@ -112,7 +112,7 @@ func (a *Agent) deleteClaimed(ctx context.Context, id string) (int, string) {
 	// The fingerprint's build lock keeps out builds and reuses of the
 	// artifact on every replica while its data goes.
 	if row.Fingerprint != "" {
-		lock, ok, lerr := a.db.TryLock(ctx, cmdb.BuildLockName(row.Fingerprint), cmdb.LockOptions{Keepalive: a.config().Replicas.LockKeepalive})
+		lock, ok, lerr := a.db.TryLock(ctx, masterdb.BuildLockName(row.Fingerprint), masterdb.LockOptions{Keepalive: a.config().Replicas.LockKeepalive})
 		switch {
 		case lerr != nil:
 			a.releaseClaim(ctx, log, id, "take the build lock: "+lerr.Error())

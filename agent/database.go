@@ -8,44 +8,44 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
-	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 )
 
 // JobRows is what the agent needs of CubeMaster's database: the job row a
-// build submit is checked against, and a probe for /health. *cmdb.DB is
+// build submit is checked against, and a probe for /health. *masterdb.DB is
 // one.
 type JobRows interface {
-	JobForSubmit(ctx context.Context, jobID string) (cmdb.JobRow, error)
+	JobForSubmit(ctx context.Context, jobID string) (masterdb.JobRow, error)
 	Ping(ctx context.Context) error
 }
 
 // artifactRows is what deletes and the CLEANUP_PENDING sweep need of the
 // artifact table and its locks.
 type artifactRows interface {
-	Artifact(ctx context.Context, artifactID string) (cmdb.ArtifactRow, error)
-	ClaimArtifact(ctx context.Context, artifactID string) (cmdb.ArtifactRow, bool, error)
+	Artifact(ctx context.Context, artifactID string) (masterdb.ArtifactRow, error)
+	ClaimArtifact(ctx context.Context, artifactID string) (masterdb.ArtifactRow, bool, error)
 	DeleteClaimed(ctx context.Context, artifactID string) error
 	ReleaseClaim(ctx context.Context, artifactID, lastError string) error
 	StaleCleanups(ctx context.Context, age time.Duration, limit int) ([]string, error)
-	TryLock(ctx context.Context, name string, o cmdb.LockOptions) (*cmdb.Lock, bool, error)
+	TryLock(ctx context.Context, name string, o masterdb.LockOptions) (*masterdb.Lock, bool, error)
 }
 
 // Database is what the agent needs of CubeMaster's database: the submit
 // check, the build lock and READY rows shared with other replicas, and
-// the artifact rows deletes claim. *cmdb.DB is one.
+// the artifact rows deletes claim. *masterdb.DB is one.
 type Database interface {
 	JobRows
 	replicaDB
 	artifactRows
 }
 
-var _ Database = (*cmdb.DB)(nil)
+var _ Database = (*masterdb.DB)(nil)
 
 // OpenDatabase opens CubeMaster's database as instance_db_config names it,
 // or returns nil when none is configured. An unreachable server is no
 // error (builds get 503 until it answers); a refused login is.
-func OpenDatabase(ctx context.Context, cfg *config.Config) (*cmdb.DB, error) {
+func OpenDatabase(ctx context.Context, cfg *config.Config) (*masterdb.DB, error) {
 	d := cfg.InstanceDB
 	if !d.Enabled() {
 		return nil, nil
@@ -55,7 +55,7 @@ func OpenDatabase(ctx context.Context, cfg *config.Config) (*cmdb.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("instance_db_config: %w", err)
 	}
-	return cmdb.Open(ctx, cmdb.Options{TLS: tlsConfig, Driver: d.Driver, Addr: d.Addr, User: d.User, Password: d.Pwd.Reveal(),
+	return masterdb.Open(ctx, masterdb.Options{TLS: tlsConfig, Driver: d.Driver, Addr: d.Addr, User: d.User, Password: d.Pwd.Reveal(),
 		DBName: d.DBName, ConnTimeout: second(d.ConnTimeout), ReadTimeout: second(d.ReadTimeout),
 		WriteTimeout: second(d.WriteTimeout), MaxIdleConns: d.MaxIdleConns, MaxOpenConns: d.MaxOpenConns,
 		MaxConnLifetime: second(d.MaxConnLifeTimeSeconds), SSLMode: d.SSLMode})
@@ -73,10 +73,10 @@ func (a *Agent) checkJobRow(ctx context.Context, b *api.Build) (int, string) {
 	log := a.logger.With("job_id", b.JobID)
 	row, err := a.db.JobForSubmit(ctx, b.JobID)
 	switch {
-	case errors.Is(err, cmdb.ErrJobNotFound):
+	case errors.Is(err, masterdb.ErrJobNotFound):
 		log.Warn("build refused: no such job in CubeMaster's database")
 		return http.StatusNotFound, "build job not found"
-	case errors.Is(err, cmdb.ErrUnavailable):
+	case errors.Is(err, masterdb.ErrUnavailable):
 		log.Warn("build refused: CubeMaster's database is unavailable", "err", err)
 		return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later"
 	case err != nil:

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 )
@@ -49,20 +49,20 @@ func stopServer(t *testing.T, srv dbServer) (restart func()) {
 type dbDialect struct {
 	name   string
 	driver string
-	open   func(t *testing.T) (cmdb.Options, dbserver.Database, dbServer)
+	open   func(t *testing.T) (masterdb.Options, dbserver.Database, dbServer)
 }
 
 var dbDialects = []dbDialect{
-	{"MySQL", cmdb.DriverMySQL, func(t *testing.T) (cmdb.Options, dbserver.Database, dbServer) {
+	{"MySQL", masterdb.DriverMySQL, func(t *testing.T) (masterdb.Options, dbserver.Database, dbServer) {
 		srv := dbs.MariaDB(t)
 		d := srv.NewDatabase(t)
-		return cmdb.Options{Driver: cmdb.DriverMySQL, Addr: srv.Addr, User: srv.User, Password: srv.Password, DBName: d.Name,
+		return masterdb.Options{Driver: masterdb.DriverMySQL, Addr: srv.Addr, User: srv.User, Password: srv.Password, DBName: d.Name,
 			ConnTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxOpenConns: 4, MaxIdleConns: 2}, d, srv
 	}},
-	{"Postgres", cmdb.DriverPostgres, func(t *testing.T) (cmdb.Options, dbserver.Database, dbServer) {
+	{"Postgres", masterdb.DriverPostgres, func(t *testing.T) (masterdb.Options, dbserver.Database, dbServer) {
 		srv := dbs.Postgres(t)
 		d := srv.NewDatabase(t)
-		return cmdb.Options{Driver: cmdb.DriverPostgres, Addr: srv.Addr, User: srv.User, Password: srv.Password, DBName: d.Name,
+		return masterdb.Options{Driver: masterdb.DriverPostgres, Addr: srv.Addr, User: srv.User, Password: srv.Password, DBName: d.Name,
 			ConnTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxOpenConns: 4, MaxIdleConns: 2, SSLMode: "disable"}, d, srv
 	}},
 }
@@ -72,7 +72,7 @@ var dbDialects = []dbDialect{
 func insertJobRow(t *testing.T, db *sql.DB, driver, jobID, status, snapshot string) {
 	t.Helper()
 	q := "INSERT INTO t_cube_template_image_job (job_id, status, request_json) VALUES (?, ?, ?)"
-	if driver == cmdb.DriverPostgres {
+	if driver == masterdb.DriverPostgres {
 		q = "INSERT INTO t_cube_template_image_job (job_id, status, request_json) VALUES ($1, $2, $3)"
 	}
 	var req any
@@ -109,7 +109,7 @@ func TestSubmitCheckedAgainstJobRow(t *testing.T) {
 			if err := dbserver.CreateCubeMasterSchema(context.Background(), seed, d.Dialect); err != nil {
 				t.Fatal(err)
 			}
-			db, err := cmdb.Open(context.Background(), opts)
+			db, err := masterdb.Open(context.Background(), opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,7 +245,7 @@ func TestOpenDatabase(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			if _, err := db.JobForSubmit(ctx, "job-none"); !errors.Is(err, cmdb.ErrJobNotFound) {
+			if _, err := db.JobForSubmit(ctx, "job-none"); !errors.Is(err, masterdb.ErrJobNotFound) {
 				t.Errorf("JobForSubmit = %v, want ErrJobNotFound", err)
 			}
 			cfg.InstanceDB.Pwd = "not-the-password"

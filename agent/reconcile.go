@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
-	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -113,7 +113,7 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 // When another replica holds the lock it sweeps, and this pass is skipped.
 func (a *Agent) sweep(ctx context.Context) {
 	m := a.metrics.reconcile
-	lock, ok, err := a.db.TryLock(ctx, cmdb.ReconcileLockName, cmdb.LockOptions{Keepalive: a.config().Replicas.LockKeepalive})
+	lock, ok, err := a.db.TryLock(ctx, masterdb.ReconcileLockName, masterdb.LockOptions{Keepalive: a.config().Replicas.LockKeepalive})
 	switch {
 	case err != nil:
 		m.sweeps.WithLabelValues(sweepFailed).Inc()
@@ -208,7 +208,7 @@ func (a *Agent) removeOrphans(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if _, err := a.db.Artifact(ctx, rec.ID); !errors.Is(err, cmdb.ErrArtifactNotFound) {
+			if _, err := a.db.Artifact(ctx, rec.ID); !errors.Is(err, masterdb.ErrArtifactNotFound) {
 				if err != nil {
 					a.logger.Warn("reconcile: look up the row of a local artifact", "artifact_id", rec.ID, "err", err)
 					if first, ok := a.orphansSeen[rec.ID]; ok {

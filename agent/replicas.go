@@ -11,18 +11,18 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
-	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
 // replicaDB is what builds need of CubeMaster's database to share work
 // with other replicas: READY artifact rows and the build lock.
 type replicaDB interface {
-	ReadyArtifact(ctx context.Context, fingerprint string) (cmdb.ArtifactRow, error)
-	TryLock(ctx context.Context, name string, o cmdb.LockOptions) (*cmdb.Lock, bool, error)
+	ReadyArtifact(ctx context.Context, fingerprint string) (masterdb.ArtifactRow, error)
+	TryLock(ctx context.Context, name string, o masterdb.LockOptions) (*masterdb.Lock, bool, error)
 }
 
-var _ replicaDB = (*cmdb.DB)(nil)
+var _ replicaDB = (*masterdb.DB)(nil)
 
 // Reuse sources, the source label of reuse_hits_total.
 const (
@@ -95,7 +95,7 @@ func (e *executor) reuseFromRow(ctx context.Context, fp string, log *slog.Logger
 	}
 	row, err := e.shared.ReadyArtifact(ctx, fp)
 	if err != nil {
-		if !errors.Is(err, cmdb.ErrArtifactNotFound) {
+		if !errors.Is(err, masterdb.ErrArtifactNotFound) {
 			log.Warn("look up READY artifact row", "err", err)
 		}
 		return nil, false
@@ -141,7 +141,7 @@ func (e *executor) reuseFromRow(ctx context.Context, fp string, log *slog.Logger
 // (deleteClaimed takes it).
 func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (built *api.Built, reused bool, err error) {
 	e := r.e
-	var lock *cmdb.Lock
+	var lock *masterdb.Lock
 	if e.shared != nil {
 		lock, built, err = r.buildLock(ctx, fp)
 		switch {
@@ -186,7 +186,7 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 // is still intact, with its object in the blob store (uploaded again when
 // it is missing there). An artifact gone from both is forgotten: ok is
 // false and it is built again.
-func (r *jobRun) reuseLocal(ctx context.Context, lock *cmdb.Lock, fp, artifactID string) (*api.Built, bool, error) {
+func (r *jobRun) reuseLocal(ctx context.Context, lock *masterdb.Lock, fp, artifactID string) (*api.Built, bool, error) {
 	e := r.e
 	built, ok := e.reusable(ctx, fp, r.log)
 	if !ok {
@@ -218,7 +218,7 @@ func (r *jobRun) reuseLocal(ctx context.Context, lock *cmdb.Lock, fp, artifactID
 // artifact is deterministic and an upload never aborts another replica's,
 // so publishing without the lock (the database unreachable) is safe too:
 // at worst the same bytes are uploaded twice.
-func (r *jobRun) publishChecked(ctx context.Context, lock *cmdb.Lock, fp, artifactID string, built *api.Built) (*api.Built, bool, error) {
+func (r *jobRun) publishChecked(ctx context.Context, lock *masterdb.Lock, fp, artifactID string, built *api.Built) (*api.Built, bool, error) {
 	e := r.e
 	if lock == nil || e.objects == nil {
 		out, err := r.publishObject(ctx, built)
@@ -230,7 +230,7 @@ func (r *jobRun) publishChecked(ctx context.Context, lock *cmdb.Lock, fp, artifa
 		r.log.Warn("build lock lost before publishing; waiting for it", "lock", lock.Name(), "err", err)
 	}
 	for err != nil {
-		if !errors.Is(err, cmdb.ErrLockHeld) {
+		if !errors.Is(err, masterdb.ErrLockHeld) {
 			r.log.Warn("cannot check the build lock; publishing without it", "lock", lock.Name(), "err", err)
 			break
 		}
@@ -259,11 +259,11 @@ func (r *jobRun) publishChecked(ctx context.Context, lock *cmdb.Lock, fp, artifa
 // built when found) and tries the lock again, until ctx ends (build.timeout,
 // every job cancelled, the agent stopping). When the database cannot be
 // reached it returns neither lock nor artifact: the build goes on alone.
-func (r *jobRun) buildLock(ctx context.Context, fp string) (*cmdb.Lock, *api.Built, error) {
+func (r *jobRun) buildLock(ctx context.Context, fp string) (*masterdb.Lock, *api.Built, error) {
 	e := r.e
-	name := cmdb.BuildLockName(fp)
+	name := masterdb.BuildLockName(fp)
 	log := r.log.With("lock", name)
-	opts := cmdb.LockOptions{
+	opts := masterdb.LockOptions{
 		Keepalive: e.replicaSettings().LockKeepalive,
 		OnLost: func(err error) {
 			e.metrics.lockLosses.Inc()
@@ -293,7 +293,7 @@ func (r *jobRun) buildLock(ctx context.Context, fp string) (*cmdb.Lock, *api.Bui
 			return nil, nil, errStopping
 		default:
 			unavailable++
-			if unavailable >= lockUnavailableTries || !cmdb.Unavailable(err) {
+			if unavailable >= lockUnavailableTries || !masterdb.Unavailable(err) {
 				e.metrics.lockUnavailable.Inc()
 				log.Warn("cannot take the build lock; building without it", "err", err)
 				return nil, nil, nil

@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
-	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 )
@@ -32,7 +32,7 @@ import (
 type replicaSet struct {
 	t       *testing.T
 	dialect dbDialect
-	opts    cmdb.Options
+	opts    masterdb.Options
 	seed    *sql.DB
 	objects *blobstore.FS
 	root    string
@@ -76,7 +76,7 @@ func (rs *replicaSet) replicaWith(register bool, mutate func(*config.Config), wr
 			mutate(c)
 		}
 	})
-	db, err := cmdb.Open(context.Background(), rs.opts)
+	db, err := masterdb.Open(context.Background(), rs.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestReplicasShareOneBuild(t *testing.T) {
 					t.Errorf("blob store holds %v, want %v", got, want)
 				}
 				if register {
-					if rows := rs.artifactRows(); len(rows) != 1 || rows[id] != cmdb.ArtifactReady {
+					if rows := rs.artifactRows(); len(rows) != 1 || rows[id] != masterdb.ArtifactReady {
 						t.Errorf("artifact rows = %v, want %s READY", rows, id)
 					}
 				}
@@ -313,7 +313,7 @@ func TestDeleteDataErrorKeepsRow(t *testing.T) {
 	dl := dbDialects[0]
 	rs := newReplicaSet(t, dl)
 	h := newHarness(t, func(c *config.Config) { c.Replicas.ReconcileInterval = time.Hour })
-	db, err := cmdb.Open(context.Background(), rs.opts)
+	db, err := masterdb.Open(context.Background(), rs.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestDeleteDataErrorKeepsRow(t *testing.T) {
 		t.Fatalf("DeleteArtifact with the store failing = %d %s %v, want 500", code, body, err)
 	}
 	row, err := db.Artifact(context.Background(), id)
-	if err != nil || row.Status != cmdb.ArtifactCleanupPending || !strings.Contains(row.LastError, "permission denied") {
+	if err != nil || row.Status != masterdb.ArtifactCleanupPending || !strings.Contains(row.LastError, "permission denied") {
 		t.Errorf("row after the failed delete = %+v, %v", row, err)
 	}
 	if _, err := os.Stat(filepath.Join(h.cfg.Store.Dir, id)); err != nil {
@@ -380,7 +380,7 @@ func TestSweepDeletesStaleCleanups(t *testing.T) {
 				t.Errorf("reconcile_deleted_total = %v, want 1", got)
 			}
 			rows := rs.artifactRows()
-			if _, ok := rows[ids[0]]; ok || rows[ids[1]] != cmdb.ArtifactCleanupPending || rows[ids[2]] != cmdb.ArtifactReady {
+			if _, ok := rows[ids[0]]; ok || rows[ids[1]] != masterdb.ArtifactCleanupPending || rows[ids[2]] != masterdb.ArtifactReady {
 				t.Errorf("rows after the sweep = %v; want the stale one gone, the fresh CLEANUP_PENDING and READY kept", rows)
 			}
 			names := strings.Join(rs.objectNames(), " ")
@@ -627,7 +627,7 @@ func TestDeleteWaitsForReuse(t *testing.T) {
 				if err != nil || code != http.StatusConflict {
 					t.Errorf("delete through %s during a reuse = %d %s %v, want 409", name, code, body, err)
 				}
-				if rows := rs.artifactRows(); rows[id] != cmdb.ArtifactCleanupPending {
+				if rows := rs.artifactRows(); rows[id] != masterdb.ArtifactCleanupPending {
 					t.Errorf("row after a refused delete: %v, want CLEANUP_PENDING", rows)
 				}
 			}
@@ -654,7 +654,7 @@ func TestDeleteWaitsForReuse(t *testing.T) {
 			h.terminal("job-3")
 
 			// Another replica building or reusing it holds its lock.
-			lock, ok, err := other.database.TryLock(ctx, cmdb.BuildLockName(first.Field("template_spec_fingerprint")), cmdb.LockOptions{})
+			lock, ok, err := other.database.TryLock(ctx, masterdb.BuildLockName(first.Field("template_spec_fingerprint")), masterdb.LockOptions{})
 			if err != nil || !ok {
 				t.Fatalf("take the build lock as a replica would: %v %v", ok, err)
 			}
@@ -688,9 +688,9 @@ func TestLostLockWaitsBeforePublish(t *testing.T) {
 			rs.submit(h, "job-1", "alpine:3")
 			<-entered
 			j := h.waitJob("job-1", spool.StateRunning)
-			name := cmdb.BuildLockName(j.Fingerprint)
+			name := masterdb.BuildLockName(j.Fingerprint)
 			kill := "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
-			if dl.driver == cmdb.DriverMySQL {
+			if dl.driver == masterdb.DriverMySQL {
 				var id int64
 				if err := rs.seed.QueryRow("SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil {
 					t.Fatal(err)
@@ -700,14 +700,14 @@ func TestLostLockWaitsBeforePublish(t *testing.T) {
 			if _, err := rs.seed.Exec(kill); err != nil {
 				t.Fatalf("%s: %v", kill, err)
 			}
-			db, err := cmdb.Open(ctx, rs.opts)
+			db, err := masterdb.Open(ctx, rs.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			var other *cmdb.Lock
+			var other *masterdb.Lock
 			waitFor(t, "another replica to take the lost lock", func() bool {
-				l, ok, err := db.TryLock(ctx, name, cmdb.LockOptions{Keepalive: time.Hour})
+				l, ok, err := db.TryLock(ctx, name, masterdb.LockOptions{Keepalive: time.Hour})
 				other = l
 				return err == nil && ok
 			})

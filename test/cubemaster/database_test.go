@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
-	"github.com/cubesandbox/cubetemplatecenter/agent/cmdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 )
 
@@ -197,7 +197,7 @@ func TestCreateJobSnapshot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, err := cmdb.JobRow{JobID: "job-1", Status: j.Status, RequestJSON: j.RequestJSON}.MatchesRequest(submitted)
+		ok, err := masterdb.JobRow{JobID: "job-1", Status: j.Status, RequestJSON: j.RequestJSON}.MatchesRequest(submitted)
 		if err != nil || !ok {
 			t.Errorf("MatchesRequest(submitted) = %v, %v; want the stored snapshot to match the posted request", ok, err)
 		}

@@ -32,7 +32,7 @@ var rules = []rule{
 	// The artifact blob store takes plain options: no config, no agent.
 	{"agent/blobstore", nil},
 	// CubeMaster's database takes plain options too.
-	{"agent/cmdb", nil},
+	{"agent/masterdb", nil},
 	// So does the publisher of live pull progress to CubeMaster's Redis.
 	{"agent/liveprogress", nil},
 	{"agent/report", []string{"agent/api", "spool"}},
