@@ -194,7 +194,7 @@ func newLayerCacheCollector(c layerCache) *layerCacheCollector {
 		cache:             c,
 		bytes:             d("bytes", "Bytes of layer blobs in the cache."),
 		blobs:             d("blobs", "Layers in the cache."),
-		zstdBlobs:         d("zstd_blobs", "Cached layers re-encoded as zstd."),
+		zstdBlobs:         d("zstd_blobs", "Cached layers kept as zstd."),
 		pending:           d("transcode_pending", "Cached layers queued for or being re-encoded as zstd."),
 		transcoded:        d("transcoded_total", "Cached layers re-encoded as zstd."),
 		transcodeFailures: d("transcode_failures_total", "Cached layers that could not be re-encoded and stay as served."),

@@ -4,36 +4,55 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 )
 
-// TestMetricsLint lints every collector the agent registers, with each
-// vector holding a series so that its name is linted too.
+// TestMetricsLint lints the registry /metrics serves, as the agent builds
+// it with every optional part (layer cache, blob store, live progress,
+// database), each vector holding a series so that its name is linted too;
+// no two series may share a help text.
 func TestMetricsLint(t *testing.T) {
-	cfg := config.Default()
-	cfg.Store.Dir = t.TempDir()
-	sp := tempSpool(t)
-	a := New(Options{Config: cfg, Spool: sp, Builder: &testBuilder{}, Logger: slog.New(slog.DiscardHandler)})
-	m := a.metrics
-	m.phaseDuration.WithLabelValues("build").Observe(1)
-	m.observeCallback("delivered", true)
+	m := fullMetrics(t)
 
-	if len(m.collectors) == 0 {
-		t.Fatal("the agent registered no collectors")
+	problems, err := testutil.GatherAndLint(m.registry)
+	if err != nil {
+		t.Fatalf("GatherAndLint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
 	for _, c := range m.collectors {
-		problems, err := testutil.CollectAndLint(c)
-		if err != nil {
-			t.Errorf("CollectAndLint(%T): %v", c, err)
+		for _, d := range unseenDescs(c) {
+			t.Errorf("%T describes %s but collects no series for it: give it one above, so that it is linted", c, d)
 		}
-		for _, p := range problems {
-			t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+	mfs, err := m.registry.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	help := map[string]string{}
+	for _, mf := range mfs {
+		help[mf.GetName()] = mf.GetHelp()
+	}
+	if dups := sameHelp(help); len(dups) > 0 {
+		t.Errorf("series share a help text: %v", dups)
+	}
+	// Each optional part registered its series.
+	for _, name := range []string{"layer_cache_blobs", "blobstore_fallbacks_total", "redis_progress_writes_total",
+		"replica_lock_waits_total", "reconcile_deleted_total"} {
+		if _, ok := help[namespace+"_"+name]; !ok {
+			t.Errorf("the registry has no %s_%s", namespace, name)
 		}
 	}
 	// Nothing reaches the registry but through register.
@@ -47,6 +66,97 @@ func TestMetricsLint(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("registry gathers %d series, the registered collectors %d", got, want)
+	}
+}
+
+// fullMetrics returns the metrics of an agent with every optional part, the
+// database and Redis unreachable (neither is needed to build the agent), and
+// a series in each vector that starts empty.
+func fullMetrics(t *testing.T) *metrics {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+
+	ctx := context.Background()
+	cfg := config.Default()
+	cfg.Store.Dir = t.TempDir()
+	sp := tempSpool(t)
+	cfg.Spool.Path = sp.Path()
+	cfg.InstanceDB = config.InstanceDB{Driver: config.DriverPostgres, Addr: closed, User: "u", DBName: "d", ConnTimeout: 1}
+	cfg.Redis.Nodes = config.Nodes{closed}
+	db, err := OpenDatabase(ctx, cfg)
+	if err != nil {
+		t.Fatalf("OpenDatabase: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	live, err := OpenLiveProgress(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("OpenLiveProgress: %v", err)
+	}
+	t.Cleanup(func() { live.Close(ctx) })
+	objects, err := blobstore.NewFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(Options{Config: cfg, Spool: sp, Builder: &testBuilder{}, Logger: slog.New(slog.DiscardHandler),
+		Objects: objects, Database: db, LiveProgress: live})
+	m := a.metrics
+	m.phaseDuration.WithLabelValues("build").Observe(1)
+	m.observeCallback("delivered", true)
+	a.objects.metrics.failures.WithLabelValues("upload")
+	a.objects.metrics.badRecords.WithLabelValues("mismatch")
+	m.reconcile.orphansKept.WithLabelValues(orphanYoung)
+	return m
+}
+
+// unseenDescs returns the descriptors c describes and never collects.
+func unseenDescs(c prometheus.Collector) []string {
+	described := make(chan *prometheus.Desc)
+	go func() { c.Describe(described); close(described) }()
+	seen := map[*prometheus.Desc]bool{}
+	for d := range described {
+		seen[d] = false
+	}
+	collected := make(chan prometheus.Metric)
+	go func() { c.Collect(collected); close(collected) }()
+	for m := range collected {
+		seen[m.Desc()] = true
+	}
+	var out []string
+	for d, ok := range seen {
+		if !ok {
+			out = append(out, d.String())
+		}
+	}
+	return out
+}
+
+// sameHelp returns the help texts that more than one metric carries, each
+// with the metrics' names in order; help maps a metric's name to its help.
+func sameHelp(help map[string]string) map[string][]string {
+	byHelp := map[string][]string{}
+	for name, h := range help {
+		byHelp[h] = append(byHelp[h], name)
+	}
+	for h, names := range byHelp {
+		if len(names) < 2 {
+			delete(byHelp, h)
+			continue
+		}
+		slices.Sort(names)
+	}
+	return byHelp
+}
+
+func TestSameHelp(t *testing.T) {
+	got := sameHelp(map[string]string{"c": "Things.", "b": "Other things.", "a_total": "Things."})
+	want := map[string][]string{"Things.": {"a_total", "c"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("sameHelp = %v, want %v", got, want)
 	}
 }
 

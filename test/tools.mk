@@ -1,26 +1,41 @@
 # Tools the tests run that are Go programs outside this module; the
 # top-level Makefile includes this file (include test/tools.mk).
 #
-#   make tools   installs them into .tools/bin (git-ignored) when missing
+#   make tools         installs them into .tools/bin (git-ignored) when missing
+#   make staticcheck   lints the module (make test runs it)
 #
-# versitygw is a real S3 server for test/s3server (agent/blobstore's tests).
-# It is installed from outside the module (cd /tmp, GOFLAGS=-mod=mod), so
-# this repository's go.mod and go.sum never see its dependencies.
+# versitygw is a real S3 server for test/s3server (agent/blobstore's tests);
+# staticcheck is the linter `make staticcheck` runs. Both are installed from
+# outside the module (cd /tmp, GOFLAGS=-mod=mod), so this repository's go.mod
+# and go.sum never see their dependencies.
 
 # Keep the includer's default goal, whether this file is included before or
 # after its first rule.
 tc_tools_saved_goal := $(.DEFAULT_GOAL)
 
-GO            ?= go
-TOOLS_BIN     := $(CURDIR)/.tools/bin
-VERSITYGW_VER := v1.8.0
+GO              ?= go
+TOOLS_BIN       := $(CURDIR)/.tools/bin
+VERSITYGW_VER   := v1.8.0
+# honnef.co/go/tools v0.8.2 is staticcheck release 2026.2.2, which knows
+# Go 1.26.
+STATICCHECK_VER := v0.8.2
 
-.PHONY: tools
+.PHONY: tools staticcheck
 
-## tools: install the Go test tools (versitygw) into .tools/bin if missing.
-tools: $(TOOLS_BIN)/versitygw
+## tools: install the Go test tools (versitygw, staticcheck) into .tools/bin if missing.
+tools: $(TOOLS_BIN)/versitygw $(TOOLS_BIN)/staticcheck
 
 $(TOOLS_BIN)/versitygw:
 	cd /tmp && GOBIN=$(TOOLS_BIN) GOFLAGS=-mod=mod $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VER)
+
+## staticcheck: lint the module with the pinned staticcheck (test runs it);
+## a deliberate exception carries a //lint:ignore directive saying why.
+# build-deps because rootfs/layercodec's cgo file needs ISA-L's header to
+# type-check.
+staticcheck: build-deps $(TOOLS_BIN)/staticcheck
+	$(TOOLS_BIN)/staticcheck ./...
+
+$(TOOLS_BIN)/staticcheck:
+	cd /tmp && GOBIN=$(TOOLS_BIN) GOFLAGS=-mod=mod $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VER)
 
 .DEFAULT_GOAL := $(tc_tools_saved_goal)

@@ -109,7 +109,7 @@ type Options struct {
 // evicts down to the quota. Close releases it.
 func Open(opts Options) (*Cache, error) {
 	if opts.Dir == "" {
-		return nil, errors.New("Dir is required")
+		return nil, errors.New("Options.Dir is required")
 	}
 	if opts.QuotaBytes <= 0 {
 		return nil, errors.New("QuotaBytes must be positive")

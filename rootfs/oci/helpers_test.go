@@ -175,11 +175,6 @@ func compressedLayers(t testing.TB, img v1.Image) [][]byte {
 	return layerStreams(t, img, v1.Layer.Compressed)
 }
 
-// uncompressedLayers returns the uncompressed stream of every layer of img.
-func uncompressedLayers(t testing.TB, img v1.Image) [][]byte {
-	return layerStreams(t, img, v1.Layer.Uncompressed)
-}
-
 func layerStreams(t testing.TB, img v1.Image, open func(v1.Layer) (io.ReadCloser, error)) [][]byte {
 	t.Helper()
 	ls, err := img.Layers()

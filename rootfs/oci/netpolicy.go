@@ -252,7 +252,10 @@ func (p *netPolicy) policyTransport(base http.RoundTripper, def *http.Transport)
 	default:
 		return nil, fmt.Errorf("the Transport is a %T, not an *http.Transport: the registry network policy cannot be applied to it", base)
 	}
-	if tr.Dial != nil || tr.DialTLS != nil { // deprecated hooks the policy cannot wrap
+	// The deprecated hooks are read only to refuse them: the policy cannot
+	// wrap a dial that takes no context.
+	//lint:ignore SA1019 checking that the deprecated hooks are unset
+	if tr.Dial != nil || tr.DialTLS != nil {
 		return nil, errors.New("the Transport sets the deprecated Dial or DialTLS: use DialContext or DialTLSContext")
 	}
 	if tr.DialContext == nil {
