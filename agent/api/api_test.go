@@ -197,3 +197,25 @@ func TestReportBodies(t *testing.T) {
 		t.Errorf("PullReport = %v", got)
 	}
 }
+
+// TestReportWireBytes pins every report's bytes on the wire: keys sorted,
+// every field present but the blob store's, as CubeMaster has always
+// received them.
+func TestReportWireBytes(t *testing.T) {
+	for _, c := range []struct {
+		report Report
+		want   string
+	}{
+		{RunningReport(PhasePulling, 5), `{"phase":"PULLING","progress":5,"status":"RUNNING"}`},
+		{FingerprintReport("rfs-a", "fp", "sha256:d"), `{"artifact_id":"rfs-a","source_image_digest":"sha256:d","template_spec_fingerprint":"fp"}`},
+		{PullReport(Pull{TotalBytes: 10, DownloadedBytes: 0, TotalLayers: 2, CompletedLayers: 0, SpeedBPS: 3}), `{"pull_completed_layers":0,"pull_downloaded_bytes":0,"pull_speed_bps":3,"pull_total_bytes":10,"pull_total_layers":2}`},
+		{FailedReport(PhaseUnpacking, "boom \"x\" <y>"), `{"error_message":"boom \"x\" \u003cy\u003e","phase":"UNPACKING","progress":100,"status":"FAILED"}`},
+		{BuiltReport(Built{ArtifactID: "a", Fingerprint: "f", Ext4SizeBytes: 7, CABaked: true}), `{"artifact_id":"a","artifact_status":"READY","cube_egress_ca_baked":true,"cube_egress_ca_fingerprint":"","cube_egress_ca_targets_written":0,"ext4_path":"","ext4_sha256":"","ext4_size_bytes":7,"image_config_json":"","master_node_ip":"","phase":"READY","progress":100,"source_image_digest":"","status":"BUILT","template_spec_fingerprint":"f"}`},
+		{BuiltReport(Built{ArtifactID: "a", StorageBackend: "s3", ObjectKey: "k", ArtifactURL: "https://x/y?a=b&c=d"}), `{"artifact_id":"a","artifact_status":"READY","artifact_url":"https://x/y?a=b\u0026c=d","cube_egress_ca_baked":false,"cube_egress_ca_fingerprint":"","cube_egress_ca_targets_written":0,"ext4_path":"","ext4_sha256":"","ext4_size_bytes":0,"image_config_json":"","master_node_ip":"","object_key":"k","phase":"READY","progress":100,"source_image_digest":"","status":"BUILT","storage_backend":"s3","template_spec_fingerprint":""}`},
+		{BuiltReport(Built{ArtifactID: "a", StorageBackend: "fs", ObjectKey: "k"}), `{"artifact_id":"a","artifact_status":"READY","cube_egress_ca_baked":false,"cube_egress_ca_fingerprint":"","cube_egress_ca_targets_written":0,"ext4_path":"","ext4_sha256":"","ext4_size_bytes":0,"image_config_json":"","master_node_ip":"","object_key":"k","phase":"READY","progress":100,"source_image_digest":"","status":"BUILT","storage_backend":"fs","template_spec_fingerprint":""}`},
+	} {
+		if got := string(encode(t, c.report)); got != c.want {
+			t.Errorf("report = %s\nwant       %s", got, c.want)
+		}
+	}
+}

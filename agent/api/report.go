@@ -26,26 +26,42 @@ const (
 	ProgressDone      = 100
 )
 
-// Report is one status callback body: a flat JSON object.
-type Report map[string]any
+// Report is one status callback body. Each kind of report is a struct of
+// its own below; their fields are in the order of their JSON keys, sorted,
+// which is the order CubeMaster has always received them in.
+type Report struct{ body any }
 
 // Encode renders the report.
 func (r Report) Encode() ([]byte, error) {
-	data, err := json.Marshal(r)
+	data, err := json.Marshal(r.body)
 	if err != nil {
 		return nil, fmt.Errorf("encode report: %w", err)
 	}
 	return data, nil
 }
 
+// runningBody says the job is in a phase at a progress percentage.
+type runningBody struct {
+	Phase    string `json:"phase"`
+	Progress int    `json:"progress"`
+	Status   string `json:"status"`
+}
+
 // RunningReport says the job is in a phase at a progress percentage.
 func RunningReport(phase string, progress int) Report {
-	return Report{"status": StatusRunning, "phase": phase, "progress": progress}
+	return Report{runningBody{Phase: phase, Progress: progress, Status: StatusRunning}}
+}
+
+// fingerprintBody tells CubeMaster which artifact the job resolved to.
+type fingerprintBody struct {
+	ArtifactID   string `json:"artifact_id"`
+	SourceDigest string `json:"source_image_digest"`
+	Fingerprint  string `json:"template_spec_fingerprint"`
 }
 
 // FingerprintReport tells CubeMaster which artifact the job resolved to.
 func FingerprintReport(artifactID, fingerprint, digest string) Report {
-	return Report{"artifact_id": artifactID, "template_spec_fingerprint": fingerprint, "source_image_digest": digest}
+	return Report{fingerprintBody{ArtifactID: artifactID, SourceDigest: digest, Fingerprint: fingerprint}}
 }
 
 // Pull is the download progress of a job's image layers, as reported to
@@ -58,20 +74,32 @@ type Pull struct {
 	SpeedBPS        int64
 }
 
+// pullBody carries download progress.
+type pullBody struct {
+	CompletedLayers int   `json:"pull_completed_layers"`
+	DownloadedBytes int64 `json:"pull_downloaded_bytes"`
+	SpeedBPS        int64 `json:"pull_speed_bps"`
+	TotalBytes      int64 `json:"pull_total_bytes"`
+	TotalLayers     int   `json:"pull_total_layers"`
+}
+
 // PullReport carries download progress.
 func PullReport(p Pull) Report {
-	return Report{
-		"pull_total_bytes":      p.TotalBytes,
-		"pull_downloaded_bytes": p.DownloadedBytes,
-		"pull_total_layers":     p.TotalLayers,
-		"pull_completed_layers": p.CompletedLayers,
-		"pull_speed_bps":        p.SpeedBPS,
-	}
+	return Report{pullBody{CompletedLayers: p.CompletedLayers, DownloadedBytes: p.DownloadedBytes, SpeedBPS: p.SpeedBPS,
+		TotalBytes: p.TotalBytes, TotalLayers: p.TotalLayers}}
+}
+
+// failedBody ends a job with an error in the phase it failed in.
+type failedBody struct {
+	ErrorMessage string `json:"error_message"`
+	Phase        string `json:"phase"`
+	Progress     int    `json:"progress"`
+	Status       string `json:"status"`
 }
 
 // FailedReport ends a job with an error in the phase it failed in.
 func FailedReport(phase, message string) Report {
-	return Report{"status": StatusFailed, "phase": phase, "progress": ProgressDone, "error_message": message}
+	return Report{failedBody{ErrorMessage: message, Phase: phase, Progress: ProgressDone, Status: StatusFailed}}
 }
 
 // Built describes a published artifact for the BUILT report. The agent also
@@ -98,32 +126,44 @@ type Built struct {
 	ArtifactURL    string `json:"ArtifactURL,omitempty"`
 }
 
+// builtBody ends a job successfully. The blob store's fields are sent
+// only for a verified object, as upstream: CubeMaster and the Cubelets then
+// download from the blob store.
+type builtBody struct {
+	ArtifactID     string `json:"artifact_id"`
+	ArtifactStatus string `json:"artifact_status"`
+	ArtifactURL    string `json:"artifact_url,omitempty"`
+	CABaked        bool   `json:"cube_egress_ca_baked"`
+	CAFingerprint  string `json:"cube_egress_ca_fingerprint"`
+	CATargets      int    `json:"cube_egress_ca_targets_written"`
+	Ext4Path       string `json:"ext4_path"`
+	Ext4SHA256     string `json:"ext4_sha256"`
+	Ext4SizeBytes  int64  `json:"ext4_size_bytes"`
+	ImageConfig    string `json:"image_config_json"`
+	MasterNodeIP   string `json:"master_node_ip"`
+	// ObjectKey and StorageBackend go together: both or neither.
+	ObjectKey      *string `json:"object_key,omitempty"`
+	Phase          string  `json:"phase"`
+	Progress       int     `json:"progress"`
+	SourceDigest   string  `json:"source_image_digest"`
+	Status         string  `json:"status"`
+	StorageBackend string  `json:"storage_backend,omitempty"`
+	Fingerprint    string  `json:"template_spec_fingerprint"`
+}
+
 // BuiltReport ends a job successfully.
 func BuiltReport(b Built) Report {
-	r := Report{
-		"status":                         StatusBuilt,
-		"phase":                          PhaseReady,
-		"progress":                       ProgressDone,
-		"artifact_id":                    b.ArtifactID,
-		"artifact_status":                "READY",
-		"template_spec_fingerprint":      b.Fingerprint,
-		"source_image_digest":            b.SourceDigest,
-		"ext4_path":                      b.Ext4Path,
-		"ext4_sha256":                    b.Ext4SHA256,
-		"ext4_size_bytes":                b.Ext4SizeBytes,
-		"image_config_json":              b.ImageConfigJSON,
-		"master_node_ip":                 b.MasterNodeIP,
-		"cube_egress_ca_baked":           b.CABaked,
-		"cube_egress_ca_fingerprint":     b.CAFingerprint,
-		"cube_egress_ca_targets_written": b.CATargets,
+	body := builtBody{
+		ArtifactID: b.ArtifactID, ArtifactStatus: "READY", ArtifactURL: b.ArtifactURL,
+		CABaked: b.CABaked, CAFingerprint: b.CAFingerprint, CATargets: b.CATargets,
+		Ext4Path: b.Ext4Path, Ext4SHA256: b.Ext4SHA256, Ext4SizeBytes: b.Ext4SizeBytes,
+		ImageConfig: b.ImageConfigJSON, MasterNodeIP: b.MasterNodeIP,
+		Phase: PhaseReady, Progress: ProgressDone, SourceDigest: b.SourceDigest, Status: StatusBuilt,
+		Fingerprint: b.Fingerprint,
 	}
-	// Sent only for a verified object, as upstream: CubeMaster and the
-	// Cubelets then download from the blob store.
 	if b.StorageBackend != "" {
-		r["storage_backend"], r["object_key"] = b.StorageBackend, b.ObjectKey
+		key := b.ObjectKey
+		body.StorageBackend, body.ObjectKey = b.StorageBackend, &key
 	}
-	if b.ArtifactURL != "" {
-		r["artifact_url"] = b.ArtifactURL
-	}
-	return r
+	return Report{body}
 }

@@ -138,7 +138,19 @@ func builtFor(artifactID, fingerprint string) api.Built {
 }
 
 // report is an api.Report as the JSON map the stand-in decodes.
-func report(r api.Report) map[string]any { return r }
+func report(r api.Report) map[string]any {
+	data, err := r.Encode()
+	if err != nil {
+		panic(err)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		panic(err)
+	}
+	return m
+}
 
 // createJob inserts a job row for a build of image.
 func createJob(t *testing.T, e dbEnv, jobID string) {
