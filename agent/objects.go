@@ -169,7 +169,7 @@ func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Bui
 		return blobstore.Info{}, fmt.Errorf("abort earlier upload of %s: %w", key, err)
 	}
 	var err error
-	if p.store.Backend() == blobstore.BackendFS {
+	if p.store.Abilities().LinkFiles {
 		err = p.store.PutFile(ctx, key, built.Ext4Path, built.Ext4SizeBytes, built.Ext4SHA256)
 	} else {
 		var f *os.File
@@ -198,10 +198,10 @@ func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Bui
 }
 
 // withFields sets the blob fields of a verified object: backend and key,
-// and for S3 a presigned download URL.
+// and where the backend presigns (S3) a download URL.
 func (p *objectPublisher) withFields(ctx context.Context, b *api.Built, key string, log *slog.Logger) (*api.Built, error) {
 	b.StorageBackend, b.ObjectKey = p.store.Backend(), key
-	if p.store.Backend() == blobstore.BackendS3 {
+	if p.store.Abilities().Presign {
 		url, err := p.store.PresignGet(ctx, key, p.presignTTL)
 		if err != nil {
 			p.metrics.failures.WithLabelValues("presign").Inc()
@@ -213,10 +213,11 @@ func (p *objectPublisher) withFields(ctx context.Context, b *api.Built, key stri
 	return b, nil
 }
 
-// fallback ends a failed blob store step: S3 reports the local artifact
-// (when it is still there), fs fails the job.
+// fallback ends a failed blob store step: a backend with a local fallback
+// (S3) reports the local artifact (when it is still there); otherwise (fs)
+// the job fails.
 func (p *objectPublisher) fallback(b *api.Built, log *slog.Logger, err error) (*api.Built, error) {
-	if p.store.Backend() == blobstore.BackendFS {
+	if !p.store.Abilities().LocalFallback {
 		return nil, err
 	}
 	if _, serr := os.Stat(b.Ext4Path); serr != nil {

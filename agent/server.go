@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
-	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
@@ -333,7 +332,7 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		checks["blobstore"] = err == nil
 		if err != nil {
-			if a.objects.store.Backend() == blobstore.BackendFS {
+			if !a.objects.store.Abilities().LocalFallback {
 				problems["blobstore"] = err.Error()
 			} else {
 				degraded["blobstore"] = err.Error()

@@ -28,8 +28,11 @@ const MaxPresignTTL = 7 * 24 * time.Hour
 // Store keeps artifact objects. Every method takes ctx first and returns an
 // *Error on failure.
 type Store interface {
-	// Backend returns BackendS3 or BackendFS.
+	// Backend returns BackendS3 or BackendFS, the name reports carry.
 	Backend() string
+	// Abilities says what the backend can do, for callers that would
+	// otherwise switch on its name.
+	Abilities() Abilities
 	// Put streams size bytes from r to key with bounded memory, recording
 	// sha256hex. The object is published only when the bytes read match
 	// both size and sha256hex.
@@ -59,6 +62,20 @@ type Store interface {
 	// matches ErrBucketMissing, ErrAccessDenied or ErrUnreachable when that
 	// is the cause.
 	Check(ctx context.Context) error
+}
+
+// Abilities are what a backend can do beyond the common ground of the
+// Store methods.
+type Abilities struct {
+	// Presign: PresignGet returns download URLs for objects.
+	Presign bool
+	// LinkFiles: PutFile stores a local file without copying it when it
+	// can (a hard link), so an upload through it has no progress to show.
+	LinkFiles bool
+	// LocalFallback: when a put fails for good, an artifact may still be
+	// reported from the local store alone, as upstream does for S3 beside
+	// the master's store. Without it the failure fails the job.
+	LocalFallback bool
 }
 
 // Info describes a stored object.

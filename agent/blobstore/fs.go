@@ -54,6 +54,10 @@ func NewFS(root string) (*FS, error) {
 // Backend returns BackendFS.
 func (f *FS) Backend() string { return BackendFS }
 
+// Abilities implements Store: files are linked in, nothing is presigned,
+// and the fs store is the only durable copy (no fallback).
+func (f *FS) Abilities() Abilities { return Abilities{LinkFiles: true} }
+
 // Root returns the root directory.
 func (f *FS) Root() string { return f.root }
 

@@ -183,6 +183,10 @@ func parseEndpoint(endpoint string, useSSL bool) (string, bool, error) {
 // Backend returns BackendS3.
 func (s *S3) Backend() string { return BackendS3 }
 
+// Abilities implements Store: objects are presigned, and a failed upload
+// falls back to the local artifact.
+func (s *S3) Abilities() Abilities { return Abilities{Presign: true, LocalFallback: true} }
+
 // fail turns a client error into an *Error with its text scrubbed.
 func (s *S3) fail(op, key string, err error) error {
 	if err == nil {
