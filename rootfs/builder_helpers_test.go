@@ -35,6 +35,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inspect"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/inflatetest"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
@@ -71,6 +72,7 @@ func builderOptions(t testing.TB, insecure ...string) rootfs.Options {
 			Keychain: authn.NewMultiKeychain(), AllowNetworks: testNetworks},
 		HeadroomPercent: 10,
 		HeadroomInodes:  256,
+		Gzip:            inflatetest.Inflater(t),
 	}
 }
 

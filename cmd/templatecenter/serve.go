@@ -17,7 +17,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -50,8 +50,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	lv, _ := config.ParseLevel(cfg.Log.Level)
 	level.Set(lv)
 	logger := newLogger(stderr, cfg.Log.Format, level)
-	start := []any{"version", Version, "pid", os.Getpid(), "gzip_inflate", layercodec.GzipBackend()}
-	if why := layercodec.GzipBackendReason(); why != "" {
+	gz, whyNotISAL := gzipInflater(os.Getenv)
+	start := []any{"version", Version, "pid", os.Getpid(), "gzip_inflate", gz.Backend()}
+	if why := whyNotISAL; why != "" {
 		start = append(start, "gzip_inflate_reason", why) // why not ISA-L
 	}
 	logger.Info("templatecenter", start...)
@@ -71,7 +72,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer sp.Close()
-	builder, err := newBuilder(cfg, logger)
+	builder, err := newBuilder(cfg, logger, gz, rootfs.NewMemoryPacer())
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 // tmpPrefix starts the name of every partial blob; New removes such files.
@@ -102,6 +103,9 @@ type Options struct {
 	// Logger receives the transcoder's warnings (slog.DiscardHandler when
 	// nil).
 	Logger *slog.Logger
+	// Gzip inflates the gzip blobs the transcoder reads
+	// (layercodec.NewGzipInflater(layercodec.InflaterAuto) when nil).
+	Gzip *layercodec.GzipInflater
 }
 
 // Open creates the cache directory, locks it against other Caches, removes
@@ -132,7 +136,11 @@ func Open(opts Options) (*Cache, error) {
 		if logger == nil {
 			logger = slog.New(slog.DiscardHandler)
 		}
-		c.tc = newTranscoder(c, logger)
+		gz := opts.Gzip
+		if gz == nil {
+			gz = layercodec.NewGzipInflater(layercodec.InflaterAuto)
+		}
+		c.tc = newTranscoder(c, logger, gz)
 	}
 	return c, nil
 }
