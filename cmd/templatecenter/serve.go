@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -134,9 +135,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(signals)
-	go func() {
+	// The loop outlives stop(), since a second signal aborts the drain Run
+	// does after it; it ends when Run returns, and serve waits for it, so
+	// no reload or abort reaches a stopped agent.
+	var loops sync.WaitGroup
+	runDone := make(chan struct{})
+	loops.Go(func() {
 		stopping := false
-		for s := range signals {
+		for {
+			var s os.Signal
+			select {
+			case <-runDone:
+				return
+			case s = <-signals:
+			}
 			switch {
 			case s == syscall.SIGHUP:
 				logger.Info("SIGHUP: reloading configuration")
@@ -149,16 +161,26 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				a.Abort()
 			}
 		}
-	}()
+	})
+	var watcher *agent.ConfigWatcher
 	if path, ok := os.LookupEnv(config.PathEnv); ok && strings.TrimSpace(path) != "" {
-		if err := agent.WatchConfig(runCtx, path, logger, func() {
+		watcher, err = agent.WatchConfig(runCtx, path, logger, func() {
 			logger.Info("configuration file changed, reloading", "path", path)
 			a.Reload()
-		}); err != nil {
+		})
+		if err != nil {
 			logger.Warn("configuration file will not be watched; SIGHUP still reloads", "err", err)
 		}
 	}
-	return a.Run(runCtx, ln)
+	err = a.Run(runCtx, ln)
+	close(runDone)
+	loops.Wait()
+	if watcher != nil {
+		if cerr := watcher.Close(); cerr != nil {
+			logger.Warn("stop watching the configuration file", "err", cerr)
+		}
+	}
+	return err
 }
 
 // listener takes the socket systemd passed (socket activation) or listens
