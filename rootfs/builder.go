@@ -88,10 +88,6 @@ func (b *Builder) CacheStats() CacheStats {
 		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures}
 }
 
-// WaitCacheIdle returns once the layer cache has no background work left,
-// or when ctx ends.
-func (b *Builder) WaitCacheIdle(ctx context.Context) error { return b.puller.WaitTranscodes(ctx) }
-
 // Resolve reads the image's manifest and configuration.
 func (b *Builder) Resolve(ctx context.Context, src Source) (*Image, error) {
 	img, err := b.puller.Resolve(ctx, oci.Source{Ref: src.Ref, Username: src.Username, Password: src.Password})

@@ -494,3 +494,16 @@ func fakeEnvd(seed byte) []byte {
 	}
 	return b
 }
+
+// waitCacheIdle waits until the layer cache has no layer queued for or
+// being re-encoded, as the agent's metrics see it.
+func waitCacheIdle(t testing.TB, b *rootfs.Builder) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for b.CacheStats().TranscodePending > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("layer cache still busy after a minute: %+v", b.CacheStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -301,12 +301,6 @@ func (p *Puller) CacheStats() CacheStats {
 		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures}
 }
 
-// WaitTranscodes returns once no layer is queued for or being transcoded,
-// or when ctx ends.
-func (p *Puller) WaitTranscodes(ctx context.Context) error {
-	return p.cache.WaitIdle(ctx)
-}
-
 func parseMirror(m string) (mirror, error) {
 	out := mirror{prefix: m}
 	switch {
