@@ -784,9 +784,11 @@ func TestWatchConfigSeesRenameReplace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	h := newHarness(t, nil)
-	if err := WatchConfig(ctx, path, slog.New(slog.NewTextHandler(h.logs, nil)), func() { reloads <- struct{}{} }); err != nil {
+	cw, err := WatchConfig(ctx, path, slog.New(slog.NewTextHandler(h.logs, nil)), func() { reloads <- struct{}{} })
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer cw.Close()
 	tmp := filepath.Join(dir, ".conf.yaml.swp")
 	os.WriteFile(tmp, []byte("log:\n  level: debug\n"), 0o644)
 	if err := os.Rename(tmp, path); err != nil {

@@ -106,13 +106,28 @@ func (a *Agent) Reload() error {
 	return nil
 }
 
+// ConfigWatcher is a running WatchConfig; Close stops it.
+type ConfigWatcher struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // closing the fsnotify watcher; read after done
+}
+
+// Close stops the watcher and returns once its goroutine has ended, so no
+// reload starts after it (a reload in progress finishes first).
+func (cw *ConfigWatcher) Close() error {
+	cw.cancel()
+	<-cw.done
+	return cw.err
+}
+
 // WatchConfig calls reload whenever the file at path changes, including
-// editors' write-to-temp-and-rename, until ctx ends. It watches the parent
-// directory, since a rename replaces the file's inode.
-func WatchConfig(ctx context.Context, path string, logger *slog.Logger, reload func()) error {
+// editors' write-to-temp-and-rename, until ctx ends or Close is called. It
+// watches the parent directory, since a rename replaces the file's inode.
+func WatchConfig(ctx context.Context, path string, logger *slog.Logger, reload func()) (*ConfigWatcher, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("watch config: %w", err)
+		return nil, fmt.Errorf("watch config: %w", err)
 	}
 	dir, name := filepath.Split(filepath.Clean(path))
 	if dir == "" {
@@ -120,10 +135,17 @@ func WatchConfig(ctx context.Context, path string, logger *slog.Logger, reload f
 	}
 	if err := w.Add(dir); err != nil {
 		w.Close()
-		return fmt.Errorf("watch config directory %s: %w", dir, err)
+		return nil, fmt.Errorf("watch config directory %s: %w", dir, err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	cw := &ConfigWatcher{cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer w.Close()
+		defer close(cw.done)
+		defer func() {
+			if err := w.Close(); err != nil {
+				cw.err = fmt.Errorf("close config watcher: %w", err)
+			}
+		}()
 		// Editors emit bursts (truncate, write, chmod, rename): settle first.
 		var settle <-chan time.Time
 		for {
@@ -151,5 +173,5 @@ func WatchConfig(ctx context.Context, path string, logger *slog.Logger, reload f
 			}
 		}
 	}()
-	return nil
+	return cw, nil
 }

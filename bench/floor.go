@@ -65,8 +65,8 @@ func inflaters(l *layerFile) []inflater {
 		return []inflater{{"zstd", layercodec.NewZstdReader}}
 	}
 	out := []inflater{{"go", func(r io.Reader) (io.ReadCloser, error) { return gzip.NewReader(r) }}}
-	if layercodec.GzipBackend() == layercodec.BackendISAL {
-		out = append(out, inflater{"isal", layercodec.NewGzipReader})
+	if gz := layercodec.NewGzipInflater(layercodec.InflaterAuto); gz.Backend() == layercodec.BackendISAL {
+		out = append(out, inflater{"isal", func(r io.Reader) (io.ReadCloser, error) { return layercodec.NewGzipReader(r, gz) }})
 	}
 	return out
 }

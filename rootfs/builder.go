@@ -39,6 +39,14 @@ type Options struct {
 	DirectIO bool
 	// Limits bound what one build may take from the host.
 	Limits Limits
+	// Gzip inflates gzip layers, in builds and in the layer cache's zstd
+	// re-encode (layercodec.NewGzipInflater(layercodec.InflaterAuto) when
+	// nil).
+	Gzip *layercodec.GzipInflater
+	// Pacer paces the Go collector while builds hold large trees; nil
+	// leaves the collector alone. The pacer sets the process's memory
+	// limit, so it is for the program's main to make, once.
+	Pacer *MemoryPacer
 }
 
 // Builder resolves images and builds template images from them.
@@ -48,8 +56,6 @@ type Builder struct {
 	// chunks are the layers' read-ahead buffers, reused across layers
 	// and builds.
 	chunks *layercodec.ChunkPool
-	// pacer paces the collector while builds hold large trees.
-	pacer *memoryPacer
 	// returned gives memory back to the OS when the last build ends.
 	returned *memoryReturn
 }
@@ -59,11 +65,16 @@ func NewBuilder(opts Options) (*Builder, error) {
 	if opts.Store == "" {
 		return nil, errors.New("new builder: no store directory")
 	}
-	p, err := oci.New(opts.Pull.ociOptions())
+	if opts.Gzip == nil {
+		opts.Gzip = layercodec.NewGzipInflater(layercodec.InflaterAuto)
+	}
+	po := opts.Pull.ociOptions()
+	po.Gzip = opts.Gzip
+	p, err := oci.New(po)
 	if err != nil {
 		return nil, err
 	}
-	return &Builder{opts: opts, puller: p, chunks: new(layercodec.ChunkPool), pacer: systemPacer(),
+	return &Builder{opts: opts, puller: p, chunks: new(layercodec.ChunkPool),
 		returned: &memoryReturn{release: debug.FreeOSMemory}}, nil
 }
 
@@ -76,10 +87,6 @@ func (b *Builder) CacheStats() CacheStats {
 	return CacheStats{Bytes: st.Bytes, Blobs: st.Blobs, ZstdBlobs: st.ZstdBlobs,
 		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures}
 }
-
-// WaitCacheIdle returns once the layer cache has no background work left,
-// or when ctx ends.
-func (b *Builder) WaitCacheIdle(ctx context.Context) error { return b.puller.WaitTranscodes(ctx) }
 
 // Resolve reads the image's manifest and configuration.
 func (b *Builder) Resolve(ctx context.Context, src Source) (*Image, error) {
@@ -191,12 +198,12 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		}
 	}()
 	store := &guardedStore{Writer: w, dir: string(b.opts.Store), limits: b.opts.Limits}
-	paced := b.pacer.start()
+	paced := b.opts.Pacer.start()
 	defer paced.done()
 	tree := flatten.New(store, flatten.Options{RootTime: stamp, Limits: flatten.Limits{
 		MaxEntries: b.opts.Limits.MaxEntries, MaxMemory: b.opts.Limits.MaxTreeMemory}, Grow: paced.grow})
 	n := layers.Len()
-	next := startLayer(ctx, layers, 0, readAheadCurrent, b.chunks)
+	next := startLayer(ctx, layers, 0, readAheadCurrent, b.chunks, b.opts.Gzip)
 	defer func() {
 		if next != nil {
 			// On an error: the next layer may still be downloading,
@@ -208,7 +215,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		cur := next
 		next = nil
 		if i+1 < n {
-			next = startLayer(ctx, layers, i+1, readAheadNext, b.chunks)
+			next = startLayer(ctx, layers, i+1, readAheadNext, b.chunks, b.opts.Gzip)
 		}
 		err := cur.apply(ctx, tree)
 		cur.close()
@@ -292,8 +299,9 @@ type startedLayer struct {
 }
 
 // startLayer opens layer i (waiting for its download) and starts
-// decompressing it up to size bytes ahead, without blocking the caller.
-func startLayer(ctx context.Context, layers *oci.Layers, i, size int, pool *layercodec.ChunkPool) *startedLayer {
+// decompressing it (gzip with gz) up to size bytes ahead, without blocking
+// the caller.
+func startLayer(ctx context.Context, layers *oci.Layers, i, size int, pool *layercodec.ChunkPool, gz *layercodec.GzipInflater) *startedLayer {
 	l := &startedLayer{i: i, ready: make(chan struct{})}
 	go func() {
 		defer close(l.ready)
@@ -302,7 +310,7 @@ func startLayer(ctx context.Context, layers *oci.Layers, i, size int, pool *laye
 			l.err = fmt.Errorf("fetch layers: %w", err)
 			return
 		}
-		tarStream, err := layercodec.Decompress(blob)
+		tarStream, err := layercodec.Decompress(blob, gz)
 		if err != nil {
 			blob.Close()
 			l.err = fmt.Errorf("layer %d: %w", i, err)

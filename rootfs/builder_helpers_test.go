@@ -35,6 +35,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/inspect"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/inflatetest"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
@@ -71,6 +72,7 @@ func builderOptions(t testing.TB, insecure ...string) rootfs.Options {
 			Keychain: authn.NewMultiKeychain(), AllowNetworks: testNetworks},
 		HeadroomPercent: 10,
 		HeadroomInodes:  256,
+		Gzip:            inflatetest.Inflater(t),
 	}
 }
 
@@ -491,4 +493,17 @@ func fakeEnvd(seed byte) []byte {
 		b[i] = byte(i*31) ^ seed
 	}
 	return b
+}
+
+// waitCacheIdle waits until the layer cache has no layer queued for or
+// being re-encoded, as the agent's metrics see it.
+func waitCacheIdle(t testing.TB, b *rootfs.Builder) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for b.CacheStats().TranscodePending > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("layer cache still busy after a minute: %+v", b.CacheStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

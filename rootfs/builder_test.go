@@ -209,9 +209,7 @@ func TestBuildDeterministic(t *testing.T) {
 		if !bytes.Equal(buildWith(b), firstData) {
 			t.Error("build with transcoding on differs before any transcode")
 		}
-		if err := b.WaitCacheIdle(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		waitCacheIdle(t, b)
 		gzipLayers := (len(layers) + len(encodings) - 1) / len(encodings)
 		if st := b.CacheStats(); st.ZstdBlobs != gzipLayers || st.Transcoded != int64(gzipLayers) || st.TranscodeFailures != 0 {
 			t.Errorf("CacheStats() = %+v, want the %d gzip layers in zstd form", st, gzipLayers)

@@ -28,8 +28,8 @@ const (
 	paceShare = 0.48
 )
 
-// memoryPacer paces the Go collector to the trees of the builds in
-// flight. With the default GOGC the heap grows to about twice what was live
+// MemoryPacer paces the Go collector to the trees of the builds in
+// flight; a Builder uses the one in its Options. With the default GOGC the heap grows to about twice what was live
 // at the last collection before the next one runs, so a large tree cost
 // twice its size in resident memory. While the builds' tree estimates
 // together pass paceFloor, the pacer sets the runtime's soft memory limit
@@ -39,7 +39,7 @@ const (
 // Builder was made (GOMEMLIMIT, or none), which it restores once no build
 // needs a lower one. A limit under the live heap costs collector CPU, which
 // the runtime caps at about half, never a failed allocation.
-type memoryPacer struct {
+type MemoryPacer struct {
 	mu      sync.Mutex
 	ceiling int64
 	set     func(int64) int64 // debug.SetMemoryLimit
@@ -47,19 +47,25 @@ type memoryPacer struct {
 	current int64 // the limit last set
 }
 
-// pacedBuild is one build's share of a memoryPacer.
-type pacedBuild struct{ p *memoryPacer }
+// pacedBuild is one build's share of a MemoryPacer.
+type pacedBuild struct{ p *MemoryPacer }
 
-func newMemoryPacer(set func(int64) int64) *memoryPacer {
+func newMemoryPacer(set func(int64) int64) *MemoryPacer {
 	c := set(-1)
-	return &memoryPacer{ceiling: c, set: set, builds: make(map[*pacedBuild]int64), current: c}
+	return &MemoryPacer{ceiling: c, set: set, builds: make(map[*pacedBuild]int64), current: c}
 }
 
-// systemPacer paces the Go runtime itself.
-func systemPacer() *memoryPacer { return newMemoryPacer(debug.SetMemoryLimit) }
+// NewMemoryPacer returns a pacer of the Go runtime's soft memory limit,
+// which is process-wide: make one per process, in main, and give it to
+// every Builder.
+func NewMemoryPacer() *MemoryPacer { return newMemoryPacer(debug.SetMemoryLimit) }
 
-// start registers a build holding an empty tree.
-func (p *memoryPacer) start() *pacedBuild {
+// start registers a build holding an empty tree; with a nil p, it returns
+// a nil build, which paces nothing.
+func (p *MemoryPacer) start() *pacedBuild {
+	if p == nil {
+		return nil
+	}
 	b := &pacedBuild{p: p}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -70,6 +76,9 @@ func (p *memoryPacer) start() *pacedBuild {
 
 // grow records the build's tree estimate.
 func (b *pacedBuild) grow(estimate int64) {
+	if b == nil {
+		return
+	}
 	p := b.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -82,6 +91,9 @@ func (b *pacedBuild) grow(estimate int64) {
 
 // done removes the build; it is safe to call more than once.
 func (b *pacedBuild) done() {
+	if b == nil {
+		return
+	}
 	p := b.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -90,7 +102,7 @@ func (b *pacedBuild) done() {
 }
 
 // apply sets the limit the builds in flight call for; p.mu is held.
-func (p *memoryPacer) apply() {
+func (p *MemoryPacer) apply() {
 	var sum int64
 	for _, e := range p.builds {
 		sum += e

@@ -99,3 +99,15 @@ func TestMemoryReturn(t *testing.T) {
 	r.end()
 	pending("a third build ended", 1)
 }
+
+// TestNilMemoryPacer checks that a Builder without a pacer (Options.Pacer
+// nil) paces nothing and does not fail.
+func TestNilMemoryPacer(t *testing.T) {
+	var p *MemoryPacer
+	b := p.start()
+	if b != nil {
+		t.Fatalf("nil pacer start() = %v, want nil", b)
+	}
+	b.grow(1 << 40)
+	b.done()
+}

@@ -95,8 +95,10 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		pull.Insecure = []string{parsed.Registry}
 	}
 	defaults := config.Default().Build
+	gz, _ := gzipInflater(os.Getenv)
 	b, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(outDir), CAPath: *caPath, Pull: pull,
-		HeadroomPercent: defaults.HeadroomPercent, HeadroomInodes: defaults.HeadroomInodes, DirectIO: defaults.DirectIO})
+		HeadroomPercent: defaults.HeadroomPercent, HeadroomInodes: defaults.HeadroomInodes, DirectIO: defaults.DirectIO,
+		Gzip: gz, Pacer: rootfs.NewMemoryPacer()})
 	if err != nil {
 		return err
 	}

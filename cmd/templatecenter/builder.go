@@ -11,13 +11,31 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 var _ agent.Builder = (*rootfs.Builder)(nil)
 
-// newBuilder opens the rootfs builder the configuration describes; its
-// layer cache lives in <work_dir>/layers.
-func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error) {
+// inflateEnv names the environment variable that forces the pure-Go gzip
+// inflater when set to "go"; any other value leaves the choice automatic
+// (ISA-L when libisal loads).
+const inflateEnv = "CUBE_TEMPLATE_CENTER_INFLATE"
+
+// gzipInflater resolves the gzip inflater inflateEnv asks for, once per
+// command, and says why it is not ISA-L ("" when it is) for the startup
+// log.
+func gzipInflater(getenv func(string) string) (gz *layercodec.GzipInflater, whyNotISAL string) {
+	if getenv(inflateEnv) == string(layercodec.InflaterGo) {
+		return layercodec.NewGzipInflater(layercodec.InflaterGo), inflateEnv + "=go"
+	}
+	gz = layercodec.NewGzipInflater(layercodec.InflaterAuto)
+	return gz, gz.Reason()
+}
+
+// newBuilder opens the rootfs builder the configuration describes, with
+// the process's gzip inflater and memory pacer; its layer cache lives in
+// <work_dir>/layers.
+func newBuilder(cfg *config.Config, logger *slog.Logger, gz *layercodec.GzipInflater, pacer *rootfs.MemoryPacer) (*rootfs.Builder, error) {
 	deny, allow, err := cfg.Registry.Networks()
 	if err != nil {
 		return nil, fmt.Errorf("open builder: %w", err)
@@ -29,6 +47,8 @@ func newBuilder(cfg *config.Config, logger *slog.Logger) (*rootfs.Builder, error
 		HeadroomInodes:  cfg.Build.HeadroomInodes,
 		DirectIO:        cfg.Build.DirectIO,
 		Limits:          agent.BuilderLimits(cfg),
+		Gzip:            gz,
+		Pacer:           pacer,
 		Pull: rootfs.PullOptions{
 			CacheDir:        filepath.Join(cfg.Store.WorkDir, "layers"),
 			CacheQuotaBytes: int64(cfg.Build.LayerCacheQuota),

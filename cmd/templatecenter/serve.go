@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -50,8 +51,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	lv, _ := config.ParseLevel(cfg.Log.Level)
 	level.Set(lv)
 	logger := newLogger(stderr, cfg.Log.Format, level)
-	start := []any{"version", Version, "pid", os.Getpid(), "gzip_inflate", layercodec.GzipBackend()}
-	if why := layercodec.GzipBackendReason(); why != "" {
+	gz, whyNotISAL := gzipInflater(os.Getenv)
+	start := []any{"version", Version, "pid", os.Getpid(), "gzip_inflate", gz.Backend()}
+	if why := whyNotISAL; why != "" {
 		start = append(start, "gzip_inflate_reason", why) // why not ISA-L
 	}
 	logger.Info("templatecenter", start...)
@@ -71,7 +73,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer sp.Close()
-	builder, err := newBuilder(cfg, logger)
+	builder, err := newBuilder(cfg, logger, gz, rootfs.NewMemoryPacer())
 	if err != nil {
 		return err
 	}
@@ -133,9 +135,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(signals)
-	go func() {
+	// The loop outlives stop(), since a second signal aborts the drain Run
+	// does after it; it ends when Run returns, and serve waits for it, so
+	// no reload or abort reaches a stopped agent.
+	var loops sync.WaitGroup
+	runDone := make(chan struct{})
+	loops.Go(func() {
 		stopping := false
-		for s := range signals {
+		for {
+			var s os.Signal
+			select {
+			case <-runDone:
+				return
+			case s = <-signals:
+			}
 			switch {
 			case s == syscall.SIGHUP:
 				logger.Info("SIGHUP: reloading configuration")
@@ -148,16 +161,26 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 				a.Abort()
 			}
 		}
-	}()
+	})
+	var watcher *agent.ConfigWatcher
 	if path, ok := os.LookupEnv(config.PathEnv); ok && strings.TrimSpace(path) != "" {
-		if err := agent.WatchConfig(runCtx, path, logger, func() {
+		watcher, err = agent.WatchConfig(runCtx, path, logger, func() {
 			logger.Info("configuration file changed, reloading", "path", path)
 			a.Reload()
-		}); err != nil {
+		})
+		if err != nil {
 			logger.Warn("configuration file will not be watched; SIGHUP still reloads", "err", err)
 		}
 	}
-	return a.Run(runCtx, ln)
+	err = a.Run(runCtx, ln)
+	close(runDone)
+	loops.Wait()
+	if watcher != nil {
+		if cerr := watcher.Close(); cerr != nil {
+			logger.Warn("stop watching the configuration file", "err", cerr)
+		}
+	}
+	return err
 }
 
 // listener takes the socket systemd passed (socket activation) or listens

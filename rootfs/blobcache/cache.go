@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 // tmpPrefix starts the name of every partial blob; New removes such files.
@@ -78,10 +79,9 @@ type cacheEntry struct {
 // flight is one in-progress verification or download of a blob; concurrent
 // acquirers of the same blob wait for it instead of downloading again.
 type flight struct {
-	done    chan struct{}
-	err     error
-	source  string
-	waiters int // acquirers waiting on it, guarded by Cache.mu
+	done   chan struct{}
+	err    error
+	source string
 }
 
 // Options configure a Cache.
@@ -102,6 +102,9 @@ type Options struct {
 	// Logger receives the transcoder's warnings (slog.DiscardHandler when
 	// nil).
 	Logger *slog.Logger
+	// Gzip inflates the gzip blobs the transcoder reads
+	// (layercodec.NewGzipInflater(layercodec.InflaterAuto) when nil).
+	Gzip *layercodec.GzipInflater
 }
 
 // Open creates the cache directory, locks it against other Caches, removes
@@ -132,7 +135,11 @@ func Open(opts Options) (*Cache, error) {
 		if logger == nil {
 			logger = slog.New(slog.DiscardHandler)
 		}
-		c.tc = newTranscoder(c, logger)
+		gz := opts.Gzip
+		if gz == nil {
+			gz = layercodec.NewGzipInflater(layercodec.InflaterAuto)
+		}
+		c.tc = newTranscoder(c, logger, gz)
 	}
 	return c, nil
 }
@@ -337,26 +344,6 @@ func (c *Cache) Stats() Stats {
 // Quota returns the size the cache is evicted down to.
 func (c *Cache) Quota() int64 { return c.quota }
 
-// Waiters returns how many Acquire calls wait for another's verification or
-// download of blob hexDigest.
-func (c *Cache) Waiters(hexDigest string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f := c.flights[hexDigest]; f != nil {
-		return f.waiters
-	}
-	return 0
-}
-
-// WaitIdle returns once no blob is queued for or being transcoded, or when
-// ctx ends.
-func (c *Cache) WaitIdle(ctx context.Context) error {
-	if c.tc == nil {
-		return nil
-	}
-	return c.tc.waitIdle(ctx)
-}
-
 // Acquire pins blob hexDigest of the given size, making sure it is present
 // and verified: an unverified file is hashed once, a missing or corrupt one is
 // obtained with download (which must commit it with Put). Release drops the
@@ -393,7 +380,6 @@ func (c *Cache) Acquire(ctx context.Context, hexDigest string, size int64, sourc
 			return true, nil
 		}
 		if f := c.flights[hexDigest]; f != nil {
-			f.waiters++
 			c.mu.Unlock()
 			var werr error
 			select {
@@ -401,9 +387,6 @@ func (c *Cache) Acquire(ctx context.Context, hexDigest string, size int64, sourc
 			case <-ctx.Done():
 				werr = ctx.Err()
 			}
-			c.mu.Lock()
-			f.waiters--
-			c.mu.Unlock()
 			if werr != nil {
 				return false, fmt.Errorf("wait for the download of sha256:%s: %w", hexDigest, werr)
 			}

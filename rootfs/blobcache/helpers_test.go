@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/inflatetest"
 )
 
 // testLayer is one layer blob and its uncompressed stream.
@@ -234,6 +236,9 @@ func newTestCache(t testing.TB, opts Options) *Cache {
 	}
 	if opts.QuotaBytes == 0 {
 		opts.QuotaBytes = 20 << 30
+	}
+	if opts.Gzip == nil {
+		opts.Gzip = inflatetest.Inflater(t)
 	}
 	c, err := Open(opts)
 	if err != nil {

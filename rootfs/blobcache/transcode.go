@@ -49,6 +49,7 @@ var errPreempted = errors.New("preempted by a build")
 type transcoder struct {
 	c      *Cache
 	logger *slog.Logger
+	gz     *layercodec.GzipInflater
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -67,9 +68,9 @@ type transcoder struct {
 	failed     int64
 }
 
-func newTranscoder(c *Cache, logger *slog.Logger) *transcoder {
+func newTranscoder(c *Cache, logger *slog.Logger, gz *layercodec.GzipInflater) *transcoder {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &transcoder{c: c, logger: logger, ctx: ctx, cancel: cancel, builds: c.usersDone,
+	t := &transcoder{c: c, logger: logger, gz: gz, ctx: ctx, cancel: cancel, builds: c.usersDone,
 		done: make(chan struct{}), wake: make(chan struct{}, 1), queued: make(map[string]bool)}
 	go t.run()
 	return t
@@ -293,7 +294,7 @@ func (t *transcoder) encode(h string, size int64) (tmp, zhex string, zsize int64
 	if magic, _ := in.Peek(2); layercodec.Detect(magic) != layercodec.Gzip {
 		return "", "", 0, errNotGzip
 	}
-	zr, err := layercodec.NewGzipReader(in)
+	zr, err := layercodec.NewGzipReader(in, t.gz)
 	if err != nil {
 		return "", "", 0, err
 	}

@@ -103,7 +103,10 @@ func waitTranscodes(t testing.TB, c *Cache) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.WaitIdle(ctx); err != nil {
+	if c.tc == nil {
+		return
+	}
+	if err := c.tc.waitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -91,14 +91,14 @@ func BenchmarkApplyLayer(b *testing.B) {
 }
 
 func applyBlob(b *testing.B, tree *flatten.Tree, blob []byte, ahead bool) {
-	rc, err := layercodec.Decompress(bytes.NewReader(blob))
+	rc, err := layercodec.Decompress(bytes.NewReader(blob), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rc.Close()
 	var r io.Reader = rc
 	if ahead {
-		ra := layercodec.ReadAhead(rc)
+		ra := layercodec.ReadAheadSize(rc, 4<<20, nil)
 		defer ra.Close()
 		r = ra
 	}

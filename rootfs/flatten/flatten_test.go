@@ -42,7 +42,7 @@ func applyLayer(tree *flatten.Tree, i int, l imagetest.Layer, enc images.Compres
 	if err != nil {
 		return err
 	}
-	rc, err := layercodec.Decompress(bytes.NewReader(blob))
+	rc, err := layercodec.Decompress(bytes.NewReader(blob), nil)
 	if err != nil {
 		return err
 	}

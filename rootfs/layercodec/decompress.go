@@ -12,8 +12,9 @@ const decompressBuffer = 1 << 20
 
 // Decompress returns the uncompressed stream of a layer blob, recognising
 // gzip and zstd by their magic bytes (Detect) and passing anything else
-// through as a plain tar. Closing the result frees the decompressor, not r.
-func Decompress(r io.Reader) (io.ReadCloser, error) {
+// through as a plain tar; gzip inflates with gz. Closing the result frees
+// the decompressor, not r.
+func Decompress(r io.Reader, gz *GzipInflater) (io.ReadCloser, error) {
 	br := bufio.NewReaderSize(r, decompressBuffer)
 	magic, err := br.Peek(MagicLen)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -22,7 +23,7 @@ func Decompress(r io.Reader) (io.ReadCloser, error) {
 	var rc io.ReadCloser
 	switch Detect(magic) {
 	case Gzip:
-		rc, err = NewGzipReader(br)
+		rc, err = NewGzipReader(br, gz)
 	case Zstd:
 		rc, err = NewZstdReader(br)
 	default:

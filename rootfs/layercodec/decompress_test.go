@@ -6,11 +6,13 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/inflatetest"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 func TestDecompress(t *testing.T) {
+	inf := inflatetest.Inflater(t)
 	raw, err := imagetest.Layer{imagetest.Blob("f", 3<<20, 42), imagetest.File("g", "g")}.Tar()
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +46,7 @@ func TestDecompress(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rc, err := layercodec.Decompress(bytes.NewReader(blob))
+			rc, err := layercodec.Decompress(bytes.NewReader(blob), inf)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +77,7 @@ func TestDecompress(t *testing.T) {
 	}
 	for name, blob := range bad {
 		t.Run(name, func(t *testing.T) {
-			rc, err := layercodec.Decompress(bytes.NewReader(blob))
+			rc, err := layercodec.Decompress(bytes.NewReader(blob), inf)
 			if err == nil {
 				_, err = io.Copy(io.Discard, rc)
 				rc.Close()
@@ -84,5 +86,22 @@ func TestDecompress(t *testing.T) {
 				t.Error("Decompress of a damaged stream read without error")
 			}
 		})
+	}
+}
+
+// TestGzipInflaterFromEnv checks the inflater the environment asks for, as
+// the binary resolves it: make test expects ISA-L, make test-no-isal
+// forces Go.
+func TestGzipInflaterFromEnv(t *testing.T) {
+	got := inflatetest.Inflater(t) // fails on a mismatch with the environment
+	if b := got.Backend(); b != layercodec.BackendISAL && b != layercodec.BackendGo {
+		t.Errorf("Backend() = %q, want %s or %s", b, layercodec.BackendISAL, layercodec.BackendGo)
+	}
+	if (got.Backend() == layercodec.BackendGo) != (got.Reason() != "") {
+		t.Errorf("Backend() = %s with Reason() %q", got.Backend(), got.Reason())
+	}
+	var none *layercodec.GzipInflater
+	if none.Backend() != layercodec.BackendGo {
+		t.Errorf("nil inflater Backend() = %s, want %s", none.Backend(), layercodec.BackendGo)
 	}
 }

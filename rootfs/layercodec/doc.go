@@ -5,8 +5,9 @@
 //
 // Gzip inflates with ISA-L when libisal.so.2 loads at run time (dlopen:
 // the binary does not link it, and runs without it), else with
-// klauspost/compress; CUBE_TEMPLATE_CENTER_INFLATE=go forces the latter,
-// and GzipBackend names the choice. Both check each member's CRC-32 and
+// klauspost/compress; the caller chooses with an Inflater (InflaterGo
+// forces the latter), resolved once by NewGzipInflater, whose Backend
+// names the choice. Both check each member's CRC-32 and
 // size and reject anything after the last member that is not a member.
 //
 // It is the one home of layer codecs in rootfs: the builder decodes layers

@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"sync"
 
 	"github.com/klauspost/compress/gzip"
 )
 
-// The gzip inflaters NewGzipReader chooses from, as GzipBackend names them.
+// The gzip inflaters a GzipInflater may use, as Backend names them.
 const (
 	// BackendISAL is ISA-L's inflate, loaded from libisal at run time.
 	BackendISAL = "isal"
@@ -18,9 +16,18 @@ const (
 	BackendGo = "go"
 )
 
-// InflateEnv names the environment variable that forces the pure-Go
-// inflater when set to "go"; any other value leaves the choice automatic.
-const InflateEnv = "CUBE_TEMPLATE_CENTER_INFLATE"
+// Inflater is the caller's choice of gzip inflater, given to
+// NewGzipInflater.
+type Inflater string
+
+// The inflater choices.
+const (
+	// InflaterAuto uses ISA-L when libisal loads, else the pure-Go
+	// inflater.
+	InflaterAuto Inflater = "auto"
+	// InflaterGo forces the pure-Go inflater.
+	InflaterGo Inflater = "go"
+)
 
 // isalLibName is the soname of Debian's libisal2 (and of isa-l in RPM
 // distributions).
@@ -39,56 +46,62 @@ var (
 	errReaderClosed = errors.New("gzip: reader closed")
 )
 
-// gzipInflater is the choice made once per process: the library is a
-// process-wide resource, loaded at most once and never unloaded.
-type gzipInflater struct {
+// GzipInflater is an Inflater choice resolved: the backend it settled on
+// and, for ISA-L, the loaded library, which is never unloaded. Make one per
+// process (NewGzipInflater) and pass it to every reader. A nil
+// *GzipInflater inflates with the pure-Go inflater.
+type GzipInflater struct {
 	backend string
 	lib     *isalLib // nil for BackendGo
 	reason  string   // why ISA-L is not used, for BackendGo
 }
 
-// chooseInflater picks ISA-L unless env asks for the pure-Go inflater or
-// load fails.
-func chooseInflater(env string, load func() (*isalLib, error)) gzipInflater {
-	if env == BackendGo {
-		return gzipInflater{backend: BackendGo, reason: InflateEnv + "=go"}
+// NewGzipInflater resolves choice: InflaterGo forces the pure-Go inflater;
+// any other value loads libisal and falls back to the pure-Go inflater if
+// that fails.
+func NewGzipInflater(choice Inflater) *GzipInflater {
+	return chooseInflater(choice, func() (*isalLib, error) { return loadISAL(isalLibName) })
+}
+
+// chooseInflater picks ISA-L unless choice asks for the pure-Go inflater
+// or load fails.
+func chooseInflater(choice Inflater, load func() (*isalLib, error)) *GzipInflater {
+	if choice == InflaterGo {
+		return &GzipInflater{backend: BackendGo, reason: "pure-Go inflater requested"}
 	}
 	lib, err := load()
 	if err != nil {
-		return gzipInflater{backend: BackendGo, reason: err.Error()}
+		return &GzipInflater{backend: BackendGo, reason: err.Error()}
 	}
-	return gzipInflater{backend: BackendISAL, lib: lib}
+	return &GzipInflater{backend: BackendISAL, lib: lib}
 }
 
-// defaultInflater reads InflateEnv and loads libisal on first use. It is
-// the one place this package reads the environment: the choice has to
-// hold for every gzip reader in the process, tests of other packages
-// included, without threading an option through every caller.
-var defaultInflater = sync.OnceValue(func() gzipInflater {
-	return chooseInflater(os.Getenv(InflateEnv), func() (*isalLib, error) { return loadISAL(isalLibName) })
-})
-
-// GzipBackend names the inflater NewGzipReader uses in this process,
-// BackendISAL or BackendGo, for the caller's startup log and metrics.
-func GzipBackend() string { return defaultInflater().backend }
-
-// GzipBackendReason says why the pure-Go inflater is used ("" with ISA-L):
-// the override, or the error loading libisal.
-func GzipBackendReason() string { return defaultInflater().reason }
-
-// NewGzipReader opens a gzip stream, multi-member streams included. It is
-// the only place a gzip inflater is made: every gzip layer read in rootfs
-// goes through it. It inflates with ISA-L when libisal loads, else with
-// klauspost/compress; both check every member's CRC-32 and size, and both
-// reject data after the last member that is not another member.
-func NewGzipReader(r io.Reader) (io.ReadCloser, error) {
-	return newGzipReader(r, defaultInflater())
+// Backend names the inflater g uses, BackendISAL or BackendGo, for the
+// caller's startup log and metrics.
+func (g *GzipInflater) Backend() string {
+	if g == nil {
+		return BackendGo
+	}
+	return g.backend
 }
 
-// newGzipReader opens r with the given inflater; tests call it with each.
-func newGzipReader(r io.Reader, inf gzipInflater) (io.ReadCloser, error) {
-	if inf.backend == BackendISAL {
-		return newISALReader(inf.lib, r) // its errors start with "gzip: "
+// Reason says why g uses the pure-Go inflater ("" with ISA-L): the
+// request, or the error loading libisal.
+func (g *GzipInflater) Reason() string {
+	if g == nil {
+		return "no inflater chosen"
+	}
+	return g.reason
+}
+
+// NewGzipReader opens a gzip stream, multi-member streams included, with
+// inflater g. It is the only place a gzip inflater is made: every gzip
+// layer read in rootfs goes through it. Both backends check every
+// member's CRC-32 and size, and both reject data after the last member
+// that is not another member.
+func NewGzipReader(r io.Reader, g *GzipInflater) (io.ReadCloser, error) {
+	if g != nil && g.backend == BackendISAL {
+		return newISALReader(g.lib, r) // its errors start with "gzip: "
 	}
 	zr, err := gzip.NewReader(r)
 	if err != nil {

@@ -41,8 +41,8 @@ func FuzzGzipInflaters(f *testing.F) {
 
 // inflateCapped inflates blob with inf, up to fuzzOutputCap bytes; a
 // stream that inflates to more counts as valid so far.
-func inflateCapped(blob []byte, inf gzipInflater) ([]byte, error) {
-	zr, err := newGzipReader(bytes.NewReader(blob), inf)
+func inflateCapped(blob []byte, inf *GzipInflater) ([]byte, error) {
+	zr, err := NewGzipReader(bytes.NewReader(blob), inf)
 	if err != nil {
 		return nil, err
 	}

@@ -23,20 +23,21 @@ import (
 
 // expectISALEnv, set to 1 (make test does, after make deps installed
 // libisal2), makes a missing libisal a test failure rather than a run of
-// the pure-Go inflater alone.
+// the pure-Go inflater alone. It is inflatetest.ExpectISALEnv, which this
+// package's internal tests cannot import.
 const expectISALEnv = "TC_EXPECT_ISAL"
 
 var testISAL = sync.OnceValues(func() (*isalLib, error) { return loadISAL(isalLibName) })
 
 // inflaters are the inflaters under test: always the pure-Go one, and
 // ISA-L when libisal loads (it must when TC_EXPECT_ISAL=1).
-func inflaters(tb testing.TB) []gzipInflater {
+func inflaters(tb testing.TB) []*GzipInflater {
 	tb.Helper()
-	all := []gzipInflater{{backend: BackendGo}}
+	all := []*GzipInflater{{backend: BackendGo}}
 	lib, err := testISAL()
 	switch {
 	case err == nil:
-		all = append(all, gzipInflater{backend: BackendISAL, lib: lib})
+		all = append(all, &GzipInflater{backend: BackendISAL, lib: lib})
 	case os.Getenv(expectISALEnv) == "1":
 		tb.Fatalf("%s=1 but ISA-L does not load: %v", expectISALEnv, err)
 	default:
@@ -111,8 +112,8 @@ func readAll(zr io.Reader, n int) ([]byte, error) {
 }
 
 // inflate opens and reads blob with inf; src wraps the blob reader.
-func inflate(blob []byte, inf gzipInflater, src func(io.Reader) io.Reader, n int) ([]byte, error) {
-	zr, err := newGzipReader(src(bytes.NewReader(blob)), inf)
+func inflate(blob []byte, inf *GzipInflater, src func(io.Reader) io.Reader, n int) ([]byte, error) {
+	zr, err := NewGzipReader(src(bytes.NewReader(blob)), inf)
 	if err != nil {
 		return nil, err
 	}
@@ -267,10 +268,10 @@ func TestGzipInflatersReject(t *testing.T) {
 // TestISALSmallBuffers moves every member, block and trailer boundary
 // across refills of a small input buffer.
 func TestISALSmallBuffers(t *testing.T) {
-	var isal *gzipInflater
+	var isal *GzipInflater
 	for _, inf := range inflaters(t) {
 		if inf.backend == BackendISAL {
-			isal = &inf
+			isal = inf
 		}
 	}
 	if isal == nil {
@@ -344,7 +345,7 @@ func TestGzipReadAfterClose(t *testing.T) {
 	gz := gzipOf(t, textBytes(1<<20, 7), gzip.DefaultCompression, gzip.Header{})
 	for _, inf := range inflaters(t) {
 		t.Run(inf.backend, func(t *testing.T) {
-			zr, err := newGzipReader(bytes.NewReader(gz), inf)
+			zr, err := NewGzipReader(bytes.NewReader(gz), inf)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -382,48 +383,28 @@ func TestChooseInflater(t *testing.T) {
 	ok := func() (*isalLib, error) { return okLib, nil }
 	missing := func() (*isalLib, error) { return nil, errors.New("load libisal.so.2: not found") }
 	tests := []struct {
-		name, env string
-		load      func() (*isalLib, error)
-		want      string
-		reason    string
+		name   string
+		choice Inflater
+		load   func() (*isalLib, error)
+		want   string
+		reason string
 	}{
-		{"Loads", "", ok, BackendISAL, ""},
-		{"Missing", "", missing, BackendGo, "load libisal.so.2: not found"},
-		{"ForcedGo", "go", ok, BackendGo, InflateEnv + "=go"},
+		{"Loads", InflaterAuto, ok, BackendISAL, ""},
+		{"Missing", InflaterAuto, missing, BackendGo, "load libisal.so.2: not found"},
+		{"ForcedGo", InflaterGo, ok, BackendGo, "pure-Go inflater requested"},
 		{"OtherValueIsAuto", "isal", ok, BackendISAL, ""},
 		{"OtherValueMissing", "auto", missing, BackendGo, "load libisal.so.2: not found"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := chooseInflater(tc.env, tc.load)
+			got := chooseInflater(tc.choice, tc.load)
 			if got.backend != tc.want || got.reason != tc.reason {
-				t.Errorf("chooseInflater(%q) = %s (%q), want %s (%q)", tc.env, got.backend, got.reason, tc.want, tc.reason)
+				t.Errorf("chooseInflater(%q) = %s (%q), want %s (%q)", tc.choice, got.backend, got.reason, tc.want, tc.reason)
 			}
 			if (got.lib != nil) != (tc.want == BackendISAL) {
-				t.Errorf("chooseInflater(%q) library = %v, for backend %s", tc.env, got.lib, got.backend)
+				t.Errorf("chooseInflater(%q) library = %v, for backend %s", tc.choice, got.lib, got.backend)
 			}
 		})
-	}
-}
-
-// TestGzipBackend checks the process's own choice against its
-// environment: make test expects ISA-L, make test-no-isal forces Go.
-func TestGzipBackend(t *testing.T) {
-	got := GzipBackend()
-	switch {
-	case os.Getenv(InflateEnv) == BackendGo:
-		if got != BackendGo {
-			t.Errorf("GzipBackend() = %s with %s=go, want %s", got, InflateEnv, BackendGo)
-		}
-	case os.Getenv(expectISALEnv) == "1":
-		if got != BackendISAL {
-			t.Errorf("GzipBackend() = %s (%s) with %s=1, want %s", got, GzipBackendReason(), expectISALEnv, BackendISAL)
-		}
-	case got != BackendISAL && got != BackendGo:
-		t.Errorf("GzipBackend() = %q, want %s or %s", got, BackendISAL, BackendGo)
-	}
-	if (got == BackendGo) != (GzipBackendReason() != "") {
-		t.Errorf("GzipBackend() = %s with reason %q", got, GzipBackendReason())
 	}
 }
 
@@ -476,7 +457,7 @@ func BenchmarkGzipInflate(b *testing.B) {
 		b.Run(inf.backend, func(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			for b.Loop() {
-				zr, err := newGzipReader(bytes.NewReader(gz), inf)
+				zr, err := NewGzipReader(bytes.NewReader(gz), inf)
 				if err != nil {
 					b.Fatal(err)
 				}

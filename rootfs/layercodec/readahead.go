@@ -9,21 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Read-ahead geometry: chunks of readAheadChunk bytes, at most
-// readAheadDepth of them filled ahead of the consumer.
-const (
-	readAheadChunk = 1 << 20
-	readAheadDepth = 4
-)
-
-// ReadAhead reads r in its own goroutine, 4 MiB ahead of the consumer,
-// so decompression (put r = Decompress(...)) runs on one core while the
-// consumer (flatten's ApplyLayer) writes file data on another. Close stops
-// the goroutine and waits for it: a Read of r in progress must return (bind
-// r to a context). Close does not close r.
-func ReadAhead(r io.Reader) io.ReadCloser {
-	return ReadAheadSize(r, readAheadDepth*readAheadChunk, nil)
-}
+// readAheadChunk is the size of a read-ahead buffer; a reader's lead is
+// a whole number of them.
+const readAheadChunk = 1 << 20
 
 // ChunkPool keeps the read-ahead buffers of ReadAheadSize readers
 // outside the Go heap, in anonymous mappings of their own, and reuses them
@@ -87,8 +75,12 @@ func (c *ChunkPool) put(b []byte) {
 	c.free = nil
 }
 
-// ReadAheadSize is ReadAhead filling up to size bytes (at least one MiB)
-// ahead of the consumer. Its buffers are taken (from pool, when not nil)
+// ReadAheadSize reads r in its own goroutine, up to size bytes (at least
+// one MiB) ahead of the consumer, so decompression (put r =
+// Decompress(...)) runs on one core while the consumer (flatten's
+// ApplyLayer) writes file data on another. Close stops the goroutine and
+// waits for it: a Read of r in progress must return (bind r to a context).
+// Close does not close r. Its buffers are taken (from pool, when not nil)
 // as they are first filled, so a lead the consumer never lets it take
 // costs no memory, and go back to pool on Close, or once used when
 // Shrink lowers the lead.

@@ -26,7 +26,7 @@ func TestReadAhead(t *testing.T) {
 			if name == "OneByte" {
 				want = data[:100000]
 			}
-			ra := layercodec.ReadAhead(src)
+			ra := layercodec.ReadAheadSize(src, 4<<20, nil)
 			if err := iotest.TestReader(ra, want); err != nil {
 				t.Error(err)
 			}
@@ -78,7 +78,7 @@ func TestReadAhead(t *testing.T) {
 
 	t.Run("Error", func(t *testing.T) {
 		boom := errors.New("boom")
-		ra := layercodec.ReadAhead(io.MultiReader(bytes.NewReader(data[:3<<20]), iotest.ErrReader(boom)))
+		ra := layercodec.ReadAheadSize(io.MultiReader(bytes.NewReader(data[:3<<20]), iotest.ErrReader(boom)), 4<<20, nil)
 		defer ra.Close()
 		got, err := io.ReadAll(ra)
 		if !errors.Is(err, boom) || !bytes.Equal(got, data[:3<<20]) {
@@ -88,7 +88,7 @@ func TestReadAhead(t *testing.T) {
 
 	t.Run("CloseEarly", func(t *testing.T) {
 		src := &countingReader{r: bytes.NewReader(data)}
-		ra := layercodec.ReadAhead(src)
+		ra := layercodec.ReadAheadSize(src, 4<<20, nil)
 		if _, err := io.ReadFull(ra, make([]byte, 1000)); err != nil {
 			t.Fatal(err)
 		}

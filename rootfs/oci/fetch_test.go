@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -124,7 +125,7 @@ func TestConcurrentFetchesShareDownloads(t *testing.T) {
 	go func() { ls, err := p.Fetch(ctx, b, nil); resB <- result{ls, err} }()
 	// Wait until Fetch B waits on each of A's downloads before letting them go.
 	deadline := time.Now().Add(30 * time.Second)
-	for !allWaiting(p, shared) {
+	for acquiresWaiting() < len(shared) {
 		if time.Now().After(deadline) {
 			close(release)
 			t.Fatal("Fetch B never waited on Fetch A's downloads")
@@ -153,13 +154,35 @@ func TestConcurrentFetchesShareDownloads(t *testing.T) {
 	}
 }
 
-func allWaiting(p *Puller, ds []v1.Hash) bool {
-	for _, d := range ds {
-		if p.cache.Waiters(d.Hex) == 0 {
-			return false
+// acquiresWaiting counts the goroutines blocked in blobcache's Acquire
+// itself, which waits there only for another caller's download of the
+// same blob: a leader is blocked further down, in its download.
+func acquiresWaiting() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	waiting := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		// A header line, then a function line and a file line per frame,
+		// innermost first.
+		lines := strings.Split(g, "\n")
+		for i := 1; i < len(lines); i += 2 {
+			if strings.HasPrefix(lines[i], "runtime.") {
+				continue
+			}
+			if strings.Contains(lines[i], "blobcache.(*Cache).Acquire(") {
+				waiting++
+			}
+			break
 		}
 	}
-	return true
+	return waiting
 }
 
 func TestCacheSurvivesRestart(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
 
 // Defaults and limits of Options.
@@ -97,6 +98,9 @@ type Options struct {
 	// decompress them several times faster. Layers.Open then returns the
 	// zstd form. Close stops a transcode in progress.
 	TranscodeZstd bool
+	// Gzip inflates gzip layers for the zstd re-encode
+	// (layercodec.NewGzipInflater(layercodec.InflaterAuto) when nil).
+	Gzip *layercodec.GzipInflater
 	// Logger receives the cache's warnings (slog.DiscardHandler when nil).
 	Logger *slog.Logger
 	// LocalRoots lists the directories offline sources (oci-layout:,
@@ -259,7 +263,7 @@ func New(opts Options) (*Puller, error) {
 		quota = DefaultCacheQuotaBytes
 	}
 	c, err := blobcache.Open(blobcache.Options{Dir: opts.CacheDir, QuotaBytes: quota,
-		TranscodeZstd: opts.TranscodeZstd, Logger: opts.Logger})
+		TranscodeZstd: opts.TranscodeZstd, Gzip: opts.Gzip, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
@@ -295,12 +299,6 @@ func (p *Puller) CacheStats() CacheStats {
 	st := p.cache.Stats()
 	return CacheStats{Bytes: st.Bytes, Blobs: st.Blobs, ZstdBlobs: st.ZstdBlobs,
 		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures}
-}
-
-// WaitTranscodes returns once no layer is queued for or being transcoded,
-// or when ctx ends.
-func (p *Puller) WaitTranscodes(ctx context.Context) error {
-	return p.cache.WaitIdle(ctx)
 }
 
 func parseMirror(m string) (mirror, error) {
