@@ -39,10 +39,6 @@ type Options struct {
 	DirectIO bool
 	// Limits bound what one build may take from the host.
 	Limits Limits
-	// Gzip inflates gzip layers, in builds and in the layer cache's zstd
-	// re-encode (layercodec.NewGzipInflater(layercodec.InflaterAuto) when
-	// nil).
-	Gzip *layercodec.GzipInflater
 	// Pacer paces the Go collector while builds hold large trees; nil
 	// leaves the collector alone. The pacer sets the process's memory
 	// limit, so it is for the program's main to make, once.
@@ -65,12 +61,10 @@ func NewBuilder(opts Options) (*Builder, error) {
 	if opts.Store == "" {
 		return nil, errors.New("new builder: no store directory")
 	}
-	if opts.Gzip == nil {
-		opts.Gzip = layercodec.NewGzipInflater(layercodec.InflaterAuto)
+	if opts.Pull.Gzip == nil {
+		opts.Pull.Gzip = layercodec.NewGzipInflater(layercodec.InflaterAuto)
 	}
-	po := opts.Pull.ociOptions()
-	po.Gzip = opts.Gzip
-	p, err := oci.New(po)
+	p, err := oci.New(opts.Pull)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +197,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	tree := flatten.New(store, flatten.Options{RootTime: stamp, Limits: flatten.Limits{
 		MaxEntries: b.opts.Limits.MaxEntries, MaxMemory: b.opts.Limits.MaxTreeMemory}, Grow: paced.grow})
 	n := layers.Len()
-	next := startLayer(ctx, layers, 0, readAheadCurrent, b.chunks, b.opts.Gzip)
+	next := startLayer(ctx, layers, 0, readAheadCurrent, b.chunks, b.opts.Pull.Gzip)
 	defer func() {
 		if next != nil {
 			// On an error: the next layer may still be downloading,
@@ -215,7 +209,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		cur := next
 		next = nil
 		if i+1 < n {
-			next = startLayer(ctx, layers, i+1, readAheadNext, b.chunks, b.opts.Gzip)
+			next = startLayer(ctx, layers, i+1, readAheadNext, b.chunks, b.opts.Pull.Gzip)
 		}
 		err := cur.apply(ctx, tree)
 		cur.close()

@@ -69,10 +69,9 @@ func builderOptions(t testing.TB, insecure ...string) rootfs.Options {
 	return rootfs.Options{
 		Store: rootfs.Store(t.TempDir()),
 		Pull: rootfs.PullOptions{CacheDir: t.TempDir(), Insecure: insecure,
-			Keychain: authn.NewMultiKeychain(), AllowNetworks: testNetworks},
+			Keychain: authn.NewMultiKeychain(), AllowNetworks: testNetworks, Gzip: inflatetest.Inflater(t)},
 		HeadroomPercent: 10,
 		HeadroomInodes:  256,
-		Gzip:            inflatetest.Inflater(t),
 	}
 }
 

@@ -90,15 +90,15 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("create output directory: %w", err)
 	}
-	pull := rootfs.PullOptions{CacheDir: *cache, Platform: platformOf(*platform), LocalRoots: []string{"/"}}
+	gz, _ := gzipInflater(os.Getenv)
+	pull := rootfs.PullOptions{CacheDir: *cache, Platform: platformOf(*platform), LocalRoots: []string{"/"}, Gzip: gz}
 	if *insecure && parsed.Registry != "" {
 		pull.Insecure = []string{parsed.Registry}
 	}
 	defaults := config.Default().Build
-	gz, _ := gzipInflater(os.Getenv)
 	b, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(outDir), CAPath: *caPath, Pull: pull,
 		HeadroomPercent: defaults.HeadroomPercent, HeadroomInodes: defaults.HeadroomInodes, DirectIO: defaults.DirectIO,
-		Gzip: gz, Pacer: rootfs.NewMemoryPacer()})
+		Pacer: rootfs.NewMemoryPacer()})
 	if err != nil {
 		return err
 	}

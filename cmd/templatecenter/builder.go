@@ -47,9 +47,9 @@ func newBuilder(cfg *config.Config, logger *slog.Logger, gz *layercodec.GzipInfl
 		HeadroomInodes:  cfg.Build.HeadroomInodes,
 		DirectIO:        cfg.Build.DirectIO,
 		Limits:          agent.BuilderLimits(cfg),
-		Gzip:            gz,
 		Pacer:           pacer,
 		Pull: rootfs.PullOptions{
+			Gzip:            gz,
 			CacheDir:        filepath.Join(cfg.Store.WorkDir, "layers"),
 			CacheQuotaBytes: int64(cfg.Build.LayerCacheQuota),
 			TranscodeZstd:   cfg.Build.LayerCacheZstd,
