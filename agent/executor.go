@@ -14,7 +14,6 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
-	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
@@ -645,12 +644,11 @@ func (r *jobRun) onProgress(p rootfs.Progress) {
 	if p.Pull != nil {
 		pull := *p.Pull
 		r.pull = &pull
-		final = pull.Done
+		final = pull.Done()
 	}
 	r.mu.Unlock()
 	if p.Pull != nil && r.e.live != nil {
-		r.e.live.Update(r.job.ID, liveprogress.Pull{TotalBytes: p.Pull.TotalBytes, DownloadedBytes: p.Pull.DownloadedBytes,
-			TotalLayers: int64(p.Pull.TotalLayers), CompletedLayers: int64(p.Pull.CompletedLayers), SpeedBPS: p.Pull.SpeedBPS})
+		r.e.live.Update(r.job.ID, wirePull(*p.Pull))
 	}
 	if final {
 		select {
@@ -712,15 +710,21 @@ func (r *jobRun) persistPull(ctx context.Context, final bool) {
 	r.mu.Lock()
 	p := r.pull
 	if p == nil || (r.pullSent != nil && *r.pullSent == *p) ||
-		(!final && !p.Done && time.Since(r.pullSentAt) < r.e.settings().HeartbeatInterval/2) {
+		(!final && !p.Done() && time.Since(r.pullSentAt) < r.e.settings().HeartbeatInterval/2) {
 		r.mu.Unlock()
 		return
 	}
 	sent := *p
 	r.pullSent, r.pullSentAt = &sent, time.Now()
 	r.mu.Unlock()
-	r.report(ctx, spool.KindPull, api.PullReport(api.Pull{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes,
-		TotalLayers: p.TotalLayers, CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}))
+	r.report(ctx, spool.KindPull, api.PullReport(wirePull(*p)))
+}
+
+// wirePull is the builder's pull progress as CubeMaster receives it, in
+// the callbacks and in Redis.
+func wirePull(p rootfs.PullProgress) api.Pull {
+	return api.Pull{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes, TotalLayers: p.TotalLayers,
+		CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}
 }
 
 // report queues a non-terminal report.

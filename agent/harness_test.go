@@ -87,7 +87,7 @@ func (b *testBuilder) Build(ctx context.Context, spec rootfs.Spec, progress root
 	b.builds++
 	hook, writing := b.beforePublish, b.whileWriting
 	b.mu.Unlock()
-	progress(rootfs.Progress{Percent: 50, Pull: &rootfs.PullProgress{TotalBytes: 1000, DownloadedBytes: 1000, TotalLayers: 1, CompletedLayers: 1, Done: true}})
+	progress(rootfs.Progress{Percent: 50, Pull: &rootfs.PullProgress{TotalBytes: 1000, DownloadedBytes: 1000, TotalLayers: 1, CompletedLayers: 1}})
 	if hook != nil {
 		if err := hook(ctx, spec); err != nil {
 			return nil, err

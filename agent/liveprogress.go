@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 )
@@ -13,7 +14,7 @@ import (
 // on job polls. It must never block: *liveprogress.Publisher is one.
 type LiveProgress interface {
 	// Update records a job's latest pull progress.
-	Update(jobID string, p liveprogress.Pull)
+	Update(jobID string, p api.Pull)
 	// Finish sends the job's last progress and removes it.
 	Finish(jobID string)
 	// Ping checks the destination answers, for /health.

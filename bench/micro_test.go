@@ -190,7 +190,7 @@ func (f builderFixture) build(b *testing.B, bld *rootfs.Builder, id string) phas
 	fp := fmt.Sprintf("%064x", len(id)) + id
 	progress := func(p rootfs.Progress) {
 		switch {
-		case p.Pull != nil && p.Pull.Done:
+		case p.Pull != nil && p.Pull.Done():
 			fetched, layered = time.Now(), time.Now()
 		case p.Pull == nil:
 			layered = time.Now()

@@ -130,9 +130,7 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 		if p.TotalBytes > 0 {
 			pct += int(int64(percentLayers-percentFetch) * p.DownloadedBytes / p.TotalBytes)
 		}
-		done := p.CompletedLayers == p.TotalLayers && p.DownloadedBytes == p.TotalBytes
-		progress(Progress{Percent: pct, Pull: &PullProgress{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes,
-			TotalLayers: p.TotalLayers, CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS, Done: done}})
+		progress(Progress{Percent: pct, Pull: &p})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fetch layers: %w", err)

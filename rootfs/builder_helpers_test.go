@@ -146,7 +146,7 @@ func (p *progressLog) check(t testing.TB, layers int) {
 		if pr.Percent < 40 || pr.Percent > 99 {
 			t.Errorf("progress %d%% outside 40..99", pr.Percent)
 		}
-		if pr.Pull != nil && pr.Pull.Done {
+		if pr.Pull != nil && pr.Pull.Done() {
 			done = true
 			if pr.Pull.TotalLayers != layers || pr.Pull.CompletedLayers != layers || pr.Pull.DownloadedBytes != pr.Pull.TotalBytes {
 				t.Errorf("final pull progress = %+v, want %d of %d layers and all bytes", *pr.Pull, layers, layers)

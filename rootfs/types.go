@@ -62,16 +62,9 @@ type Progress struct {
 	Pull    *PullProgress
 }
 
-// PullProgress is the state of the layer downloads.
-type PullProgress struct {
-	TotalBytes      int64
-	DownloadedBytes int64
-	TotalLayers     int
-	CompletedLayers int
-	SpeedBPS        int64
-	// Done is set on the final report of the download phase.
-	Done bool
-}
+// PullProgress is the state of the layer downloads, as the puller tracks
+// it (Done reports the final one).
+type PullProgress = oci.Progress
 
 // ProgressFunc receives progress; it must not block.
 type ProgressFunc func(Progress)

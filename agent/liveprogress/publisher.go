@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 )
 
 // KeyPrefix starts every progress key; the job ID follows.
@@ -43,14 +45,6 @@ const (
 
 // Key returns the progress key of a job.
 func Key(jobID string) string { return KeyPrefix + jobID }
-
-// Pull is a job's pull progress at one moment.
-type Pull struct {
-	TotalBytes, DownloadedBytes  int64
-	TotalLayers, CompletedLayers int64
-	// SpeedBPS is the current download speed in bytes per second.
-	SpeedBPS int64
-}
 
 // Options locate CubeMaster's Redis and shape the publishing.
 type Options struct {
@@ -122,21 +116,21 @@ type Publisher struct {
 // entry is what the publisher holds for one job.
 type entry struct {
 	// latest is the newest value; dirty says it is not written yet.
-	latest Pull
+	latest api.Pull
 	dirty  bool
 	// last is when the job's hash was last sent, for the rate limit.
 	last time.Time
 	// finish asks for final (when set) to be written and the key deleted,
 	// before any later value; finishedAt bounds how long that is retried.
 	finish     bool
-	final      *Pull
+	final      *api.Pull
 	finishedAt time.Time
 }
 
 // op is one job's share of a round trip: write, then delete.
 type op struct {
 	job   string
-	write *Pull
+	write *api.Pull
 	// at is when the round trip was made: the hash's updated_at_ms, so
 	// two values CubeMaster reads are MinInterval apart, as the writes.
 	at  time.Time
@@ -253,7 +247,7 @@ func (p *Publisher) Collectors() []prometheus.Collector {
 // Update records a job's latest pull progress, to be written within
 // MinInterval. It never blocks on Redis and never fails: when Redis cannot
 // be reached the value waits, replaced by any later one.
-func (p *Publisher) Update(jobID string, pull Pull) {
+func (p *Publisher) Update(jobID string, pull api.Pull) {
 	if p == nil || jobID == "" {
 		return
 	}

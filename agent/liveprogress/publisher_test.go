@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 )
 
@@ -124,8 +125,8 @@ func jobID(name string) string {
 
 // pullOf is a Pull whose every field derives from n, so a hash shows which
 // Update it came from.
-func pullOf(n int64) Pull {
-	return Pull{TotalBytes: 1 << 30, DownloadedBytes: n, TotalLayers: 7, CompletedLayers: n % 8, SpeedBPS: 1000 + n}
+func pullOf(n int64) api.Pull {
+	return api.Pull{TotalBytes: 1 << 30, DownloadedBytes: n, TotalLayers: 7, CompletedLayers: int(n % 8), SpeedBPS: 1000 + n}
 }
 
 func TestWriteFieldsAndTTL(t *testing.T) {
@@ -523,7 +524,7 @@ func TestNeverBlocks(t *testing.T) {
 
 func TestNilPublisher(t *testing.T) {
 	var p *Publisher
-	p.Update("j", Pull{})
+	p.Update("j", api.Pull{})
 	p.Finish("j")
 	if err := p.Ping(context.Background()); err != nil {
 		t.Errorf("Ping = %v", err)

@@ -183,7 +183,7 @@ func (p *progressBar) update(pr rootfs.Progress) {
 	const width = 30
 	filled := width * pr.Percent / 100
 	line := fmt.Sprintf("[%s%s] %3d%%", strings.Repeat("#", filled), strings.Repeat(" ", width-filled), pr.Percent)
-	if pr.Pull != nil && !pr.Pull.Done {
+	if pr.Pull != nil && !pr.Pull.Done() {
 		line += fmt.Sprintf(" pulling %d/%d layers, %.1f/%.1f MB", pr.Pull.CompletedLayers, pr.Pull.TotalLayers,
 			float64(pr.Pull.DownloadedBytes)/1e6, float64(pr.Pull.TotalBytes)/1e6)
 	} else if pr.Percent >= 60 {

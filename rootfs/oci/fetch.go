@@ -35,6 +35,12 @@ type Progress struct {
 	SpeedBPS int64
 }
 
+// Done reports whether p is the final state of a Fetch: every layer in
+// the cache.
+func (p Progress) Done() bool {
+	return p.CompletedLayers == p.TotalLayers && p.DownloadedBytes == p.TotalBytes
+}
+
 // blobStore is what fetching needs of the layer cache: pin a blob, filling
 // it through a download when it is missing or corrupt (Acquire with Put),
 // read a pinned blob, and release the pins. *blobcache.Cache implements it.

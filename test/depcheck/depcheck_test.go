@@ -33,8 +33,9 @@ var rules = []rule{
 	{"agent/blobstore", nil},
 	// CubeMaster's database takes plain options too.
 	{"agent/masterdb", nil},
-	// So does the publisher of live pull progress to CubeMaster's Redis.
-	{"agent/liveprogress", nil},
+	// So does the publisher of live pull progress to CubeMaster's Redis,
+	// which shares the wire contract's progress type.
+	{"agent/liveprogress", []string{"agent/api"}},
 	{"agent/report", []string{"agent/api", "spool"}},
 	{"spool", nil},
 	{"rootfs", []string{"rootfs/..."}},
