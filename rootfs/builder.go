@@ -392,8 +392,8 @@ func FileSHA256(ctx context.Context, path string) (string, error) {
 	defer f.Close()
 	h := sha256.New()
 	// Large reads: the hash is most of a warm build's last phase, and
-	// 32 KiB reads (io.Copy's) cost a fifth more than 4 MiB ones here
-	// (0.95 against 1.1-1.15 GB/s from the page cache).
+	// io.Copy's small reads cost measurably more (docs/performance.md,
+	// decision 4).
 	buf := make([]byte, hashBufSize)
 	if _, err := io.CopyBuffer(h, fsutil.ContextReader(ctx, f), buf); err != nil {
 		return "", fmt.Errorf("hash %s: %w", path, err)
@@ -403,13 +403,11 @@ func FileSHA256(ctx context.Context, path string) (string, error) {
 
 // directMinCompressed is the compressed image size from which the
 // Builder writes the image's data with direct I/O (ext4.Options
-// .BufferedData off) and hashes it with direct reads. Interleaved
-// tcbench runs, buffered against direct (4 samples each): images of 458
-// MiB to 1.7 GiB built 7-37 % faster direct (the page cache grew into
-// memory the VM backs on first touch, and dirty-page limits throttled),
-// images of 95-230 MiB 5-18 % slower (their writes fit in recently freed
-// cache, and a direct write waits for the device). 128 MiB compressed is
-// about 400 MiB of image.
+// .BufferedData off) and hashes it with direct reads. Large images build
+// faster that way, because the page cache they would grow into costs more
+// than the device; small ones slower, because their writes fit in cache
+// already freed. The crossover was measured (docs/performance.md,
+// decision 8); 128 MiB compressed is about 400 MiB of image.
 const directMinCompressed = 128 << 20
 
 // directData reports whether an image of compressed bytes is written and

@@ -36,10 +36,9 @@ const (
 // the directory entry naming it, and what the ext4 writer plans for it.
 // Names, link targets and xattrs add their length on top, and a node with
 // any of them the allocation holding them (ext4.Node.ExtraMemory). It
-// was set from BenchmarkManyFilesMemory's peak resident memory per entry,
-// the garbage collector's overhead included: about 700 bytes on a million
-// files of 4-byte names with a 160-byte Node. The Node is now 112 bytes,
-// the estimate 656 with such names, and the benchmark measures 563.
+// follows BenchmarkManyFilesMemory's peak resident memory per entry, the
+// garbage collector's overhead included, from above (docs/performance.md,
+// decision 7, has the numbers).
 const EntryMemory = int64(unsafe.Sizeof(ext4.Node{})) + 540
 
 // linkMemory is the estimated memory of one more hard link to an inode.
