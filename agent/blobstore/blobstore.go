@@ -10,12 +10,15 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 )
 
-// Backend names, as Store.Backend returns them and Options.Backend takes them.
+// Backend names, as Store.Backend returns them and Options.Backend takes
+// them: the wire contract's.
 const (
-	BackendS3 = "s3"
-	BackendFS = "fs"
+	BackendS3 = api.BackendS3
+	BackendFS = api.BackendFS
 )
 
 // MetadataSHA256 is the user-metadata key (x-amz-meta-sha256 on the wire)

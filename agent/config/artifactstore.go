@@ -7,13 +7,15 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 )
 
 // Blob store backends, as artifact_store.backend and
-// CUBE_ARTIFACT_STORE_BACKEND spell them.
+// CUBE_ARTIFACT_STORE_BACKEND spell them: the wire contract's.
 const (
-	BackendS3 = "s3"
-	BackendFS = "fs"
+	BackendS3 = api.BackendS3
+	BackendFS = api.BackendFS
 )
 
 // ArtifactStore configures the blob store that keeps the durable copy of

@@ -28,9 +28,11 @@ var rules = []rule{
 	{"cmd/tcdemo", []string{"test/..."}},
 	{"agent", []string{"agent/...", "spool", "rootfs"}},
 	{"agent/api", nil},
-	{"agent/config", nil},
+	// Configuration and the blob store name backends as the wire
+	// contract does.
+	{"agent/config", []string{"agent/api"}},
 	// The artifact blob store takes plain options: no config, no agent.
-	{"agent/blobstore", nil},
+	{"agent/blobstore", []string{"agent/api"}},
 	// CubeMaster's database takes plain options too.
 	{"agent/masterdb", nil},
 	// So does the publisher of live pull progress to CubeMaster's Redis,
