@@ -28,7 +28,7 @@ import (
 // Agent is one running TemplateCenter.
 type Agent struct {
 	cfg              atomic.Pointer[config.Config]
-	env              config.Env
+	load             ConfigLoader
 	spool            *spool.Spool
 	store            rootfs.Store
 	objects          *objectPublisher
@@ -62,13 +62,18 @@ type Agent struct {
 	orphansSeen map[string]time.Time
 }
 
+// ConfigLoader reads the configuration from where main found it.
+type ConfigLoader func() (*config.Config, error)
+
 // Notifier sends sd_notify(3) state strings; a no-op outside systemd.
 type Notifier func(state string)
 
 // Options are the agent's collaborators.
 type Options struct {
-	Config  *config.Config
-	Env     config.Env
+	Config *config.Config
+	// Load reads the configuration again, for a reload, as main read
+	// Config (nil: a reload keeps the running configuration).
+	Load ConfigLoader
 	Spool   *spool.Spool
 	Builder Builder
 	Logger  *slog.Logger
@@ -96,7 +101,7 @@ const defaultPurgeEvery = time.Hour
 // New assembles an agent; Run starts it.
 func New(o Options) *Agent {
 	a := &Agent{
-		env:              o.Env,
+		load:             o.Load,
 		spool:            o.Spool,
 		store:            rootfs.Store(o.Config.Store.Dir),
 		db:               o.Database,
@@ -114,8 +119,8 @@ func New(o Options) *Agent {
 	if a.notify == nil {
 		a.notify = func(string) {}
 	}
-	if a.env == nil {
-		a.env = func(string) (string, bool) { return "", false }
+	if a.load == nil {
+		a.load = func() (*config.Config, error) { return a.config(), nil }
 	}
 	a.cfg.Store(o.Config)
 	a.metrics = newMetrics(o.Spool, o.Logger)

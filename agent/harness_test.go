@@ -240,7 +240,9 @@ func (h *harness) start() {
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
 		Database: h.database, LiveProgress: h.live,
-		Env:      func(k string) (string, bool) { v, ok := h.env[k]; return v, ok },
+		Load: func() (*config.Config, error) {
+			return config.Load(func(k string) (string, bool) { v, ok := h.env[k]; return v, ok }, logger)
+		},
 		Watchdog: h.watchdog,
 		Notify: func(s string) {
 			h.notesMu.Lock()

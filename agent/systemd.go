@@ -78,7 +78,7 @@ func (a *Agent) Reload() error {
 	// SdNotifyMonotonicUsec returns the whole "MONOTONIC_USEC=...\n" line.
 	a.notify("RELOADING=1\n" + daemon.SdNotifyMonotonicUsec())
 	defer a.notify("READY=1")
-	next, err := config.Load(a.env, a.logger)
+	next, err := a.load()
 	if err != nil {
 		a.logger.Error("configuration reload refused, keeping the running configuration", "err", err)
 		return err

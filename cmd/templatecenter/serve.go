@@ -93,7 +93,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if objects != nil {
 		logger.Info("artifacts kept in the blob store", "backend", objects.Backend(), "keep_local", cfg.ArtifactStore.KeepLocal)
 	}
-	opts := agent.Options{Config: cfg, Env: os.LookupEnv, Spool: sp, Builder: builder, Objects: objects,
+	load := func() (*config.Config, error) { return config.Load(os.LookupEnv, logger) }
+	opts := agent.Options{Config: cfg, Load: load, Spool: sp, Builder: builder, Objects: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog}
 	db, err := agent.OpenDatabase(ctx, cfg)
 	if err != nil {
