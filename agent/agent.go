@@ -73,7 +73,7 @@ type Options struct {
 	Config *config.Config
 	// Load reads the configuration again, for a reload, as main read
 	// Config (nil: a reload keeps the running configuration).
-	Load ConfigLoader
+	Load    ConfigLoader
 	Spool   *spool.Spool
 	Builder Builder
 	Logger  *slog.Logger
@@ -83,9 +83,9 @@ type Options struct {
 	// Watchdog is systemd's WatchdogSec; zero disables the pings.
 	Watchdog time.Duration
 	// Objects is the blob store keeping the durable copy of each artifact
-	// (OpenObjectStore); nil keeps artifacts on the local store only.
+	// (opened by main); nil keeps artifacts on the local store only.
 	Objects blobstore.Store
-	// Database is CubeMaster's database (OpenDatabase): every submit is
+	// Database is CubeMaster's database (opened by main): every submit is
 	// checked against it, builds and deletes are shared with other
 	// replicas through it. Nil: TC works alone.
 	Database Database

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
-	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 )
 
@@ -41,25 +40,6 @@ type Database interface {
 }
 
 var _ Database = (*masterdb.DB)(nil)
-
-// OpenDatabase opens CubeMaster's database as instance_db_config names it,
-// or returns nil when none is configured. An unreachable server is no
-// error (builds get 503 until it answers); a refused login is.
-func OpenDatabase(ctx context.Context, cfg *config.Config) (*masterdb.DB, error) {
-	d := cfg.InstanceDB
-	if !d.Enabled() {
-		return nil, nil
-	}
-	second := func(n int) time.Duration { return time.Duration(n) * time.Second }
-	tlsConfig, err := d.TLS.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("instance_db_config: %w", err)
-	}
-	return masterdb.Open(ctx, masterdb.Options{TLS: tlsConfig, Driver: d.Driver, Addr: d.Addr, User: d.User, Password: d.Pwd.Reveal(),
-		DBName: d.DBName, ConnTimeout: second(d.ConnTimeout), ReadTimeout: second(d.ReadTimeout),
-		WriteTimeout: second(d.WriteTimeout), MaxIdleConns: d.MaxIdleConns, MaxOpenConns: d.MaxOpenConns,
-		MaxConnLifetime: second(d.MaxConnLifeTimeSeconds), SSLMode: d.SSLMode})
-}
 
 // checkJobRow binds a submit to CubeMaster's job row, when a database is
 // configured: the row must exist and be PENDING or RUNNING (else 404), its

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
@@ -217,44 +216,4 @@ func health(t *testing.T, h *harness) (int, map[string]any) {
 		t.Fatalf("health body %q: %v", raw, err)
 	}
 	return resp.StatusCode, out
-}
-
-// TestOpenDatabase maps instance_db_config to a connection: none without a
-// driver, a working pool for each dialect, and a refused login as an error
-// that shows no password.
-func TestOpenDatabase(t *testing.T) {
-	ctx := context.Background()
-	if db, err := OpenDatabase(ctx, config.Default()); db != nil || err != nil {
-		t.Fatalf("OpenDatabase without instance_db_config = %v, %v; want nil, nil", db, err)
-	}
-	for _, dl := range dbDialects {
-		t.Run(dl.name, func(t *testing.T) {
-			opts, d, _ := dl.open(t)
-			if err := dbserver.CreateCubeMasterSchema(ctx, d.Open(t), d.Dialect); err != nil {
-				t.Fatal(err)
-			}
-			cfg := config.Default()
-			cfg.InstanceDB = config.InstanceDB{Driver: opts.Driver, Addr: opts.Addr, User: opts.User,
-				Pwd: config.Secret(opts.Password), DBName: opts.DBName, SSLMode: opts.SSLMode, ConnTimeout: 2,
-				ReadTimeout: 2, WriteTimeout: 2, MaxIdleConns: 1, MaxOpenConns: 2, MaxConnLifeTimeSeconds: 60}
-			if err := cfg.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			db, err := OpenDatabase(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			if _, err := db.JobForSubmit(ctx, "job-none"); !errors.Is(err, masterdb.ErrJobNotFound) {
-				t.Errorf("JobForSubmit = %v, want ErrJobNotFound", err)
-			}
-			cfg.InstanceDB.Pwd = "not-the-password"
-			if db, err := OpenDatabase(ctx, cfg); err == nil {
-				db.Close()
-				t.Error("OpenDatabase with a wrong password succeeded")
-			} else if strings.Contains(err.Error(), "not-the-password") {
-				t.Errorf("error shows the password: %v", err)
-			}
-		})
-	}
 }

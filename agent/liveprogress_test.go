@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 )
 
@@ -19,9 +18,8 @@ func TestLiveProgressInRedis(t *testing.T) {
 	srv := dbs.Redis(t)
 	ctx := context.Background()
 	h := newHarness(t, nil)
-	cfg := config.Default()
-	cfg.Redis.Nodes, cfg.Redis.Password = config.Nodes{srv.Addr}, config.Secret(srv.Password)
-	pub, err := OpenLiveProgress(cfg, slog.New(slog.NewTextHandler(h.logs, nil)))
+	pub, err := liveprogress.New(liveprogress.Options{Nodes: []string{srv.Addr}, Password: srv.Password},
+		slog.New(slog.NewTextHandler(h.logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 )
 
 // TestMetricsLint lints the registry /metrics serves, as the agent builds
@@ -88,14 +90,15 @@ func fullMetrics(t *testing.T) *metrics {
 	cfg.Spool.Path = sp.Path()
 	cfg.InstanceDB = config.InstanceDB{Driver: config.DriverPostgres, Addr: closed, User: "u", DBName: "d", ConnTimeout: 1}
 	cfg.Redis.Nodes = config.Nodes{closed}
-	db, err := OpenDatabase(ctx, cfg)
+	db, err := masterdb.Open(ctx, masterdb.Options{Driver: masterdb.DriverPostgres, Addr: closed, User: "u", DBName: "d",
+		ConnTimeout: time.Second})
 	if err != nil {
-		t.Fatalf("OpenDatabase: %v", err)
+		t.Fatalf("open the database: %v", err)
 	}
 	t.Cleanup(func() { db.Close() })
-	live, err := OpenLiveProgress(cfg, slog.New(slog.DiscardHandler))
+	live, err := liveprogress.New(liveprogress.Options{Nodes: []string{closed}}, slog.New(slog.DiscardHandler))
 	if err != nil {
-		t.Fatalf("OpenLiveProgress: %v", err)
+		t.Fatalf("open the Redis publisher: %v", err)
 	}
 	t.Cleanup(func() { live.Close(ctx) })
 	objects, err := blobstore.NewFS(t.TempDir())

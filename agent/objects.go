@@ -17,7 +17,6 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
-	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
@@ -384,15 +383,4 @@ func (pr *progressReader) Read(b []byte) (int, error) {
 		pr.report(float64(pr.n) / float64(pr.total))
 	}
 	return n, err
-}
-
-// OpenObjectStore opens the blob store the configuration names, or returns
-// nil when none is configured (S3 needs endpoint, bucket and both keys).
-func OpenObjectStore(cfg *config.Config) (blobstore.Store, error) {
-	as := cfg.ArtifactStore
-	return blobstore.Open(blobstore.Options{Backend: as.Enabled(), FSRoot: as.FSRoot, S3: blobstore.S3Options{
-		Endpoint: as.S3.Endpoint, Bucket: as.S3.Bucket, Region: as.S3.Region, AccessKeyID: as.S3.AccessKeyID,
-		SecretAccessKey: as.S3.SecretAccessKey.Reveal(), UsePathStyle: as.S3.UsePathStyle, UseSSL: as.S3.UseSSL,
-		PartSize: int64(as.PartSize), Concurrency: as.UploadConcurrency, Attempts: as.Attempts,
-		PartStallTimeout: as.PartStallTimeout}})
 }

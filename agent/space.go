@@ -13,17 +13,6 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
-// BuilderLimits are the per-build limits the configuration sets.
-func BuilderLimits(cfg *config.Config) rootfs.Limits {
-	return rootfs.Limits{
-		MaxEntries:     cfg.Build.MaxEntries,
-		MaxTreeMemory:  int64(cfg.Build.MaxTreeMemory),
-		MaxImageSize:   int64(cfg.Build.MaxImageSize),
-		MinFreeBytes:   int64(cfg.Store.MinFree.Bytes),
-		MinFreePercent: cfg.Store.MinFree.Percent,
-	}
-}
-
 // volume is a filesystem the agent writes to and watches.
 type volume struct {
 	name string
@@ -41,7 +30,7 @@ func volumes(cfg *config.Config) []volume {
 		return rootfs.Limits{MinFreeBytes: int64(r.Bytes), MinFreePercent: r.Percent}
 	}
 	return []volume{
-		{name: "store", dir: cfg.Store.Dir, limits: BuilderLimits(cfg), key: rootfs.LimitMinFree},
+		{name: "store", dir: cfg.Store.Dir, limits: reserve(cfg.Store.MinFree), key: rootfs.LimitMinFree},
 		{name: "spool", dir: filepath.Dir(cfg.Spool.Path), limits: reserve(cfg.Spool.MinFree), key: "spool.min_free"},
 		// Builds fill the layer cache before the store: the same reserve.
 		{name: "work_dir", dir: cfg.Store.WorkDir, limits: reserve(cfg.Store.MinFree), key: rootfs.LimitMinFree},

@@ -46,7 +46,7 @@ func newBuilder(cfg *config.Config, logger *slog.Logger, gz *layercodec.GzipInfl
 		HeadroomPercent: cfg.Build.HeadroomPercent,
 		HeadroomInodes:  cfg.Build.HeadroomInodes,
 		DirectIO:        cfg.Build.DirectIO,
-		Limits:          agent.BuilderLimits(cfg),
+		Limits:          builderLimits(cfg),
 		Pacer:           pacer,
 		Pull: rootfs.PullOptions{
 			Gzip:            gz,

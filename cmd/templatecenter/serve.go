@@ -82,7 +82,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		logger.Warn("read systemd watchdog settings", "err", err)
 	}
-	objects, err := agent.OpenObjectStore(cfg)
+	objects, err := openObjectStore(cfg)
 	if err != nil {
 		if cfg.ArtifactStore.Enabled() == config.BackendFS {
 			// The root comes from the configuration: say where to fix it.
@@ -96,7 +96,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	load := func() (*config.Config, error) { return config.Load(os.LookupEnv, logger) }
 	opts := agent.Options{Config: cfg, Load: load, Spool: sp, Builder: builder, Objects: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog}
-	db, err := agent.OpenDatabase(ctx, cfg)
+	db, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open CubeMaster's database (instance_db_config): %w", err)
 	}
@@ -114,7 +114,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			logger.Warn("CubeMaster's database does not answer yet; builds get 503 until it does", "err", err)
 		}
 	}
-	live, err := agent.OpenLiveProgress(cfg, logger)
+	live, err := openLiveProgress(cfg, logger)
 	if err != nil {
 		return fmt.Errorf("open CubeMaster's Redis (redis): %w", err)
 	}
