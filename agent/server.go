@@ -58,11 +58,12 @@ const refusalShown = time.Minute
 // on this node (a volume short of space, uploads at their bound) refuses.
 const retryAfter = "30"
 
-// writeUnavailable answers 503 with a Retry-After: CubeMaster retries it,
-// where a 500 would fail the job for good.
-func writeUnavailable(w http.ResponseWriter, msg string) {
+// writeRetryLater answers status with a Retry-After, for a condition on
+// this node that may pass (503, which CubeMaster retries where a 500 would
+// fail the job for good; 429; 507).
+func writeRetryLater(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Retry-After", retryAfter)
-	writeError(w, http.StatusServiceUnavailable, msg)
+	writeError(w, status, msg)
 }
 
 // authorized applies the shared-token rule, reading the policy per request.
@@ -121,13 +122,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	log := a.logger.With("job_id", b.JobID)
 	// Refuse before trying rather than fail the commit: a 503 is retried
 	// by CubeMaster, a 500 is final.
-	spoolVol := volumeNamed(a.config(), "spool")
-	if sp, err := spoolVol.space(); err == nil {
-		if err := spoolVol.belowReserve(sp); err != nil {
-			log.Warn("spool volume below its reserve, refusing job", "err", err)
-			writeUnavailable(w, "cannot accept jobs: "+err.Error())
-			return
-		}
+	if err := volumeNamed(a.config(), "spool").roomFor(0); err != nil {
+		log.Warn("spool volume below its reserve, refusing job", "err", err)
+		writeRetryLater(w, http.StatusServiceUnavailable, "cannot accept jobs: "+err.Error())
+		return
 	}
 	// The commit must not depend on the caller staying connected: a job
 	// committed but unacknowledged is re-sent by CubeMaster and gets a 409.
@@ -141,7 +139,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		if err := a.spool.Resend(ctx, b.JobID); err != nil {
 			log.Error("resend terminal report", "err", err)
 			if errors.Is(err, spool.ErrCannotWrite) {
-				writeUnavailable(w, "resend result of finished job: "+err.Error())
+				writeRetryLater(w, http.StatusServiceUnavailable, "resend result of finished job: "+err.Error())
 				return
 			}
 			writeError(w, http.StatusInternalServerError, "resend result of finished job: "+err.Error())
@@ -158,7 +156,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrCannotWrite):
 		log.Error("commit job: spool storage refuses writes", "err", err)
 		a.spoolRefused.Store(&refusal{at: time.Now(), err: err})
-		writeUnavailable(w, "commit job: the spool's volume cannot take writes (full, failing or read-only): "+err.Error())
+		writeRetryLater(w, http.StatusServiceUnavailable, "commit job: the spool's volume cannot take writes (full, failing or read-only): "+err.Error())
 	case err != nil:
 		log.Error("commit job", "err", err)
 		writeError(w, http.StatusInternalServerError, "commit job: "+err.Error())

@@ -60,6 +60,18 @@ func (v volume) belowReserve(sp rootfs.Space) error {
 	return fmt.Errorf("%s volume %s: %d bytes free, below the %d kept free by %s", v.name, v.dir, sp.Free, sp.Reserve, v.key)
 }
 
+// roomFor returns belowReserve's error when writing n more bytes would take
+// v below its reserve. A filesystem that cannot be measured is no reason
+// to refuse: /health and the metrics report that.
+func (v volume) roomFor(n int64) error {
+	sp, err := v.space()
+	if err != nil {
+		return nil
+	}
+	sp.Free -= n
+	return v.belowReserve(sp)
+}
+
 // volumeNamed returns the volume called name.
 func volumeNamed(cfg *config.Config, name string) volume {
 	for _, v := range volumes(cfg) {

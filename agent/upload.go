@@ -37,20 +37,16 @@ func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	// bandwidth for as long as it streams: bound them.
 	if n := a.uploads.Add(1); n > int64(cfg.Common.MaxConcurrentUploads) {
 		a.uploads.Add(-1)
-		w.Header().Set("Retry-After", retryAfter)
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("%d uploads in progress (common.max_concurrent_uploads)", n-1))
+		writeRetryLater(w, http.StatusTooManyRequests, fmt.Sprintf("%d uploads in progress (common.max_concurrent_uploads)", n-1))
 		return
 	}
 	defer a.uploads.Add(-1)
 	// Refuse before reading a byte when the store is below its reserve,
 	// or the body would take it there.
-	store := volumeNamed(cfg, "store")
-	if sp, err := store.space(); err == nil {
-		if err := store.belowReserve(rootfs.Space{Size: sp.Size, Free: sp.Free - max(r.ContentLength, 0), Reserve: sp.Reserve}); err != nil {
-			a.logger.Warn("upload refused: store short of space", "err", err, "content_length", r.ContentLength)
-			writeNoSpace(w, "upload of "+strconv.FormatInt(r.ContentLength, 10)+" bytes refused: "+err.Error())
-			return
-		}
+	if err := volumeNamed(cfg, "store").roomFor(max(r.ContentLength, 0)); err != nil {
+		a.logger.Warn("upload refused: store short of space", "err", err, "content_length", r.ContentLength)
+		writeRetryLater(w, http.StatusInsufficientStorage, "upload of "+strconv.FormatInt(r.ContentLength, 10)+" bytes refused: "+err.Error())
+		return
 	}
 	// The server's read and write timeouts are sized for build requests; an
 	// image upload is a stream that may take far longer.
@@ -147,22 +143,13 @@ type reserveWriter struct {
 func (rw *reserveWriter) Write(p []byte) (int, error) {
 	if rw.written-rw.checked >= reserveCheckEvery || rw.written == 0 {
 		rw.checked = rw.written
-		if sp, err := rw.vol.space(); err == nil {
-			if err := rw.vol.belowReserve(rootfs.Space{Size: sp.Size, Free: sp.Free - int64(len(p)), Reserve: sp.Reserve}); err != nil {
-				return 0, fmt.Errorf("%w: %w", errBelowReserve, err)
-			}
+		if err := rw.vol.roomFor(int64(len(p))); err != nil {
+			return 0, fmt.Errorf("%w: %w", errBelowReserve, err)
 		}
 	}
 	n, err := rw.w.Write(p)
 	rw.written += int64(n)
 	return n, err
-}
-
-// writeNoSpace answers 507 with a Retry-After: the store cannot take the
-// upload now, and may once space is freed.
-func writeNoSpace(w http.ResponseWriter, msg string) {
-	w.Header().Set("Retry-After", retryAfter)
-	writeError(w, http.StatusInsufficientStorage, msg)
 }
 
 // receiveArtifact streams one file part into the store. The file is written
@@ -190,7 +177,7 @@ func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id strin
 		}
 		if errors.Is(err, errBelowReserve) || errors.Is(err, syscall.ENOSPC) {
 			a.logger.Warn("upload stopped: store short of space", "artifact_id", id, "written", guard.written, "err", err)
-			writeNoSpace(w, "store upload: "+err.Error())
+			writeRetryLater(w, http.StatusInsufficientStorage, "store upload: "+err.Error())
 			return
 		}
 		writeError(w, http.StatusInternalServerError, "store upload: "+err.Error())
