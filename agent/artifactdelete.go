@@ -42,26 +42,38 @@ func (a *Agent) deleteArtifact(ctx context.Context, id string) (int, string) {
 // is being built: nothing is deleted.
 func (a *Agent) removeArtifactData(ctx context.Context, id, rowKey string) (ran bool, err error) {
 	ran = a.exec.withArtifactIdle(id, func() {
-		// A job that reuses the artifact names it (SetFingerprint) before
-		// its flight starts and until its BUILT report is delivered.
-		pending, perr := a.spool.ArtifactPending(ctx, id)
-		switch {
-		case perr != nil:
-			err = perr
-			return
-		case pending:
-			err = errArtifactReported
+		if err = a.unreported(ctx, id); err != nil {
 			return
 		}
 		if err = a.objects.remove(ctx, id, rowKey); err != nil {
 			return
 		}
-		if err = a.store.RemoveArtifact(id); err != nil {
-			return
-		}
-		err = a.spool.DeleteArtifact(ctx, id)
+		err = a.removeLocalCopy(ctx, id)
 	})
 	return ran, err
+}
+
+// unreported returns errArtifactReported while a job of this replica names
+// artifact id and has a report CubeMaster has not received: a job that
+// reuses the artifact names it (SetFingerprint) before its flight starts
+// and until its BUILT report is delivered.
+func (a *Agent) unreported(ctx context.Context, id string) error {
+	pending, err := a.spool.ArtifactPending(ctx, id)
+	switch {
+	case err != nil:
+		return err
+	case pending:
+		return errArtifactReported
+	}
+	return nil
+}
+
+// removeLocalCopy removes <store>/<id>/ and the spool's record of it.
+func (a *Agent) removeLocalCopy(ctx context.Context, id string) error {
+	if err := a.store.RemoveArtifact(id); err != nil {
+		return err
+	}
+	return a.spool.DeleteArtifact(ctx, id)
 }
 
 // deleteAnswer turns the outcome of removeArtifactData into an answer.

@@ -245,16 +245,8 @@ func (a *Agent) removeOrphans(ctx context.Context) {
 func (a *Agent) removeOrphan(ctx context.Context, rec spool.Artifact) {
 	var rmErr error
 	ran := a.exec.withArtifactIdle(rec.ID, func() {
-		pending, err := a.spool.ArtifactPending(ctx, rec.ID)
-		switch {
-		case err != nil:
-			rmErr = err
-		case pending:
-			rmErr = errArtifactReported
-		default:
-			if rmErr = a.store.RemoveArtifact(rec.ID); rmErr == nil {
-				rmErr = a.spool.DeleteArtifact(ctx, rec.ID)
-			}
+		if rmErr = a.unreported(ctx, rec.ID); rmErr == nil {
+			rmErr = a.removeLocalCopy(ctx, rec.ID)
 		}
 	})
 	switch {
