@@ -168,9 +168,7 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 		return built, ok, err
 	}
 	if e.shared != nil {
-		if built, ok := e.objects.adopt(ctx, artifactID, fp, r.log); ok {
-			e.metrics.reuseHits.WithLabelValues(reuseObject).Inc()
-			r.log.Info("artifact uploaded by another replica, reusing it", "object_key", built.ObjectKey)
+		if built, ok := r.adoptObject(ctx, artifactID, fp); ok {
 			return built, true, nil
 		}
 	}
@@ -180,6 +178,17 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 	}
 	built, reused, err = r.publishChecked(ctx, lock, fp, artifactID, built)
 	return built, reused, err
+}
+
+// adoptObject returns the artifact another replica uploaded (with its
+// signed record) before CubeMaster registered it, when there is one.
+func (r *jobRun) adoptObject(ctx context.Context, artifactID, fp string) (*api.Built, bool) {
+	built, ok := r.e.objects.adopt(ctx, artifactID, fp, r.log)
+	if ok {
+		r.e.metrics.reuseHits.WithLabelValues(reuseObject).Inc()
+		r.log.Info("artifact uploaded by another replica, reusing it", "object_key", built.ObjectKey)
+	}
+	return built, ok
 }
 
 // reuseLocal returns the artifact this replica published for fp when it
@@ -244,8 +253,7 @@ func (r *jobRun) publishChecked(ctx context.Context, lock *masterdb.Lock, fp, ar
 		}
 		if err = lock.Check(ctx); err == nil {
 			r.log.Info("build lock taken again before publishing", "lock", lock.Name())
-			if other, ok := e.objects.adopt(ctx, artifactID, fp, r.log); ok {
-				e.metrics.reuseHits.WithLabelValues(reuseObject).Inc()
+			if other, ok := r.adoptObject(ctx, artifactID, fp); ok {
 				return other, true, nil
 			}
 		}
