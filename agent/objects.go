@@ -107,22 +107,30 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 	out := *built
 	out.StorageBackend, out.ObjectKey, out.ArtifactURL = "", "", ""
 	info, err := p.store.Stat(ctx, key)
-	if err == nil && info.Size == built.Ext4SizeBytes && info.SHA256 == built.Ext4SHA256 {
-		if _, cerr := p.checkContent(ctx, key, built.Ext4SHA256); cerr != nil {
-			log.Warn("object's content differs from what it claims, uploading it again", "err", cerr)
-			info.SHA256 = ""
-		}
+	intact := err == nil && info.Size == built.Ext4SizeBytes && info.SHA256 == built.Ext4SHA256
+	// An object this replica uploaded or verified before carries its key
+	// in built (the spool's record); any other one is checked before this
+	// replica vouches for it.
+	known := built.ObjectKey == key
+	var contentErr error
+	if intact && !known {
+		// Where the backend allows, its content is hashed.
+		_, contentErr = p.checkContent(ctx, key, built.Ext4SHA256)
+		intact = contentErr == nil
 	}
 	switch {
-	case err == nil && info.Size == built.Ext4SizeBytes && info.SHA256 == built.Ext4SHA256:
+	case intact:
 		p.metrics.verifiedReuses.Inc()
-		// The record beside it may be missing, or one no replica signed
-		// (planted): this one replaces it, so other replicas adopt the
-		// object again.
-		p.putRecord(ctx, built, info, log)
+		if !known {
+			// The record beside it may be missing, or one no replica
+			// signed (planted): this one replaces it, so other replicas
+			// adopt the object again.
+			p.putRecord(ctx, built, info, log)
+		}
 		return p.withFields(ctx, &out, key, log)
 	case err == nil:
-		log.Warn("object differs from the artifact, uploading it again", "size", info.Size, "sha256", info.SHA256)
+		log.Warn("object differs from the artifact, uploading it again", "size", info.Size, "sha256", info.SHA256,
+			"content_err", contentErr)
 	case !errors.Is(err, blobstore.ErrNotFound):
 		p.metrics.failures.WithLabelValues("stat").Inc()
 		return p.fallback(&out, log, fmt.Errorf("stat artifact object %s: %w", key, err))
