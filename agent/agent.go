@@ -1,7 +1,9 @@
-// Package agent is the CubeTemplateCenter daemon: the HTTP API CubeMaster
-// calls, the executor that runs queued builds, the reporter that delivers
-// status reports, and the systemd integration (readiness, watchdog, status,
-// reload). Durable state lives in the spool; the image work in rootfs.
+// Package agent is the CubeTemplateCenter daemon shell: the HTTP API
+// CubeMaster calls, the run loop that starts and stops the executor
+// (package jobs), the artifacts' sweeps (package artifacts) and the
+// reporter (package report), the metrics registry, and the systemd
+// integration (readiness, watchdog, status, reload). Durable state lives
+// in the spool; the image work in rootfs.
 package agent
 
 import (
@@ -18,8 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/jobs"
 	"github.com/cubesandbox/cubetemplatecenter/agent/report"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -31,13 +35,14 @@ type Agent struct {
 	load             ConfigLoader
 	spool            *spool.Spool
 	store            rootfs.Store
-	objects          *objectPublisher
+	objects          blobstore.Store
+	artifacts        *artifacts.Artifacts
 	db               Database
 	live             LiveProgress
 	logger           *slog.Logger
 	level            *slog.LevelVar
 	metrics          *metrics
-	exec             *executor
+	exec             *jobs.Executor
 	reporter         *report.Reporter
 	notify           Notifier
 	watchdogInterval time.Duration
@@ -56,10 +61,6 @@ type Agent struct {
 	reloadMu  sync.Mutex
 	// purgeEvery is how often finished jobs past retention are forgotten.
 	purgeEvery time.Duration
-	// orphansSeen holds, for each local copy the last reconcile pass found
-	// without a database row, when a pass first found it so; only the
-	// reconcile loop uses it.
-	orphansSeen map[string]time.Time
 }
 
 // ConfigLoader reads the configuration from where main found it.
@@ -75,7 +76,7 @@ type Options struct {
 	// Config (nil: a reload keeps the running configuration).
 	Load    ConfigLoader
 	Spool   *spool.Spool
-	Builder Builder
+	Builder jobs.Builder
 	Logger  *slog.Logger
 	// Level is the logger's level, adjusted on reload.
 	Level  *slog.LevelVar
@@ -104,6 +105,7 @@ func New(o Options) *Agent {
 		load:             o.Load,
 		spool:            o.Spool,
 		store:            rootfs.Store(o.Config.Store.Dir),
+		objects:          o.Objects,
 		db:               o.Database,
 		live:             o.LiveProgress,
 		logger:           o.Logger,
@@ -129,40 +131,28 @@ func New(o Options) *Agent {
 		a.metrics.register(newLayerCacheCollector(c))
 	}
 	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback)
-	if o.Objects != nil {
-		as := o.Config.ArtifactStore
-		a.objects = &objectPublisher{store: o.Objects, prefix: as.S3.Prefix, presignTTL: as.PresignTTL,
-			keepLocal: as.KeepLocal, recordKey: deriveRecordKey(as.RecordSecret.Reveal()),
-			logger: o.Logger.With("component", "blobstore"), metrics: newObjectMetrics()}
-		if o.Database != nil {
-			// Other replicas upload to the same keys; none of their
-			// uploads outlives its build.timeout.
-			a.objects.abandonAfter = func() time.Duration { return a.config().Build.Timeout }
-		}
-		a.metrics.register(a.objects.metrics.collectors()...)
-	}
 	if c, ok := o.LiveProgress.(interface{ Collectors() []prometheus.Collector }); ok {
 		a.metrics.register(c.Collectors()...)
 	}
+	replicas := func() config.Replicas { return a.config().Replicas }
+	as := o.Config.ArtifactStore
+	artOpts := artifacts.Options{Index: o.Spool, Store: a.store, Objects: o.Objects, Prefix: as.S3.Prefix,
+		PresignTTL: as.PresignTTL, KeepLocal: as.KeepLocal, RecordSecret: as.RecordSecret.Reveal(),
+		Replicas: replicas, AbandonAfter: func() time.Duration { return a.config().Build.Timeout },
+		Logger: o.Logger, Metrics: a.metrics.scoped()}
+	execOpts := jobs.Options{Jobs: o.Spool, Builder: o.Builder, Reporter: a.reporter,
+		Settings: func() config.Build { return a.config().Build }, Replicas: replicas,
+		Logger: o.Logger, Metrics: a.metrics.scoped()}
+	// Typed nils would pass for a database or a publisher that is there.
 	if o.Database != nil {
-		a.metrics.register(a.metrics.replica.collectors()...)
-		a.metrics.register(a.metrics.reconcile.collectors()...)
+		artOpts.Rows, execOpts.Locks = o.Database, o.Database
 	}
-	a.exec = newExecutor(executorDeps{
-		objects:         a.objects,
-		shared:          o.Database,
-		live:            o.LiveProgress,
-		replicaSettings: func() config.Replicas { return a.config().Replicas },
-		jobs:            o.Spool,
-		artifacts:       o.Spool,
-		builder:         o.Builder,
-		reporter:        a.reporter,
-		settings:        func() config.Build { return a.config().Build },
-		logger:          o.Logger,
-		metrics: execMetrics{running: a.metrics.running, phaseDuration: a.metrics.phaseDuration,
-			dedup: a.metrics.dedup, finished: a.metrics.finished, interrupted: a.metrics.interrupted,
-			cancelled: a.metrics.cancelled, timedOut: a.metrics.timedOut, replicaMetrics: a.metrics.replica},
-	})
+	if o.LiveProgress != nil {
+		execOpts.Live = o.LiveProgress
+	}
+	a.artifacts = artifacts.New(artOpts)
+	execOpts.Artifacts = a.artifacts
+	a.exec = jobs.New(execOpts)
 	return a
 }
 
@@ -190,7 +180,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	} else if cfg.Master.Token == "" {
 		a.logger.Warn(api.TokenEnv + " is not set: build requests are refused with 503 until it is")
 	}
-	if a.db != nil && a.objects != nil && a.objects.recordKey == nil {
+	if a.db != nil && a.objects != nil && !a.artifacts.Signed() {
 		a.logger.Warn("artifact_store.record_secret is not set: replicas do not adopt each other's uploads before CubeMaster " +
 			"registers them, and may build the same artifact twice; set the same secret on every replica")
 	}
@@ -205,7 +195,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	var bg sync.WaitGroup
 	bg.Add(2)
 	go func() { defer bg.Done(); a.reporter.Run(reportCtx) }()
-	go func() { defer bg.Done(); a.exec.dispatch(buildCtx) }()
+	go func() { defer bg.Done(); a.exec.Dispatch(buildCtx) }()
 
 	srv := &http.Server{
 		Handler:           a.Handler(),
@@ -259,7 +249,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		<-serveErr // http.ErrServerClosed, at once after Shutdown began
 	}
 	cancelBuilds()
-	if err := a.exec.wait(stopCtx); err != nil {
+	if err := a.exec.Wait(stopCtx); err != nil {
 		a.logger.Error("builds did not stop in time; they resume at next start", "err", err)
 	}
 	cancelReports()
@@ -280,7 +270,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 func (a *Agent) startLoops(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var loops sync.WaitGroup
-	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop, a.reconcileLoop} {
+	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop, a.artifacts.Reconcile} {
 		loops.Go(func() { loop(ctx) })
 	}
 	return func() {

@@ -36,12 +36,9 @@ func (h *harness) setWhileWriting(hook func(ctx context.Context, spec rootfs.Spe
 // stopped build had to remove is removed.
 func (h *harness) waitIdle() {
 	h.t.Helper()
-	e := h.agent.exec
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		e.mu.Lock()
-		running, flights := len(e.running), len(e.flights)
-		e.mu.Unlock()
+		running, flights := h.agent.exec.Busy()
 		if running == 0 && flights == 0 {
 			return
 		}
@@ -444,7 +441,7 @@ func TestCancelSurvivesRestart(t *testing.T) {
 		close(release)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := old.exec.wait(ctx); err != nil {
+		if err := old.exec.Wait(ctx); err != nil {
 			t.Errorf("released build of the stopped agent: %v", err)
 		}
 	}()

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 )
 
@@ -19,24 +19,12 @@ type JobRows interface {
 	Ping(ctx context.Context) error
 }
 
-// artifactRows is what deletes and the CLEANUP_PENDING sweep need of the
-// artifact table and its locks.
-type artifactRows interface {
-	Artifact(ctx context.Context, artifactID string) (masterdb.ArtifactRow, error)
-	ClaimArtifact(ctx context.Context, artifactID string) (masterdb.ArtifactRow, bool, error)
-	DeleteClaimed(ctx context.Context, artifactID string) error
-	ReleaseClaim(ctx context.Context, artifactID, lastError string) error
-	StaleCleanups(ctx context.Context, age time.Duration, limit int) ([]string, error)
-	TryLock(ctx context.Context, name string, o masterdb.LockOptions) (*masterdb.Lock, bool, error)
-}
-
 // Database is what the agent needs of CubeMaster's database: the submit
 // check, the build lock and READY rows shared with other replicas, and
 // the artifact rows deletes claim. *masterdb.DB is one.
 type Database interface {
 	JobRows
-	replicaDB
-	artifactRows
+	artifacts.Rows
 }
 
 var _ Database = (*masterdb.DB)(nil)

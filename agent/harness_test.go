@@ -13,9 +13,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
@@ -414,4 +417,39 @@ func tempSpool(t *testing.T) *spool.Spool {
 	}
 	t.Cleanup(func() { sp.Close() })
 	return sp
+}
+
+// metric reads series name (without the namespace) with the given label
+// pairs from the registry /metrics serves: a counter's or gauge's value, a
+// histogram's sample count. A series the registry does not have is 0.
+func (h *harness) metric(name string, labelPairs ...string) float64 {
+	h.t.Helper()
+	mfs, err := h.agent.metrics.registry.Gather()
+	if err != nil {
+		h.t.Fatalf("gather metrics: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != namespace+"_"+name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labelPairs); i += 2 {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == labelPairs[i] && l.GetValue() == labelPairs[i+1]
+				}) {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
 }

@@ -17,28 +17,18 @@ const namespace = "cube_templatecenter"
 // spoolScrapeTimeout bounds the spool queries of one scrape.
 const spoolScrapeTimeout = 2 * time.Second
 
-// metrics are the agent's Prometheus series, on a private registry.
+// metrics are the daemon's Prometheus series, on a private registry.
 // Subsystems: jobs (the life of build jobs), build (the image work),
 // callback (reports to CubeMaster), queue and outbox (spool depths, with
 // spool_scrape_success), layer_cache, blobstore and, with a database,
-// replica and reconcile.
+// replica and reconcile. The build and artifacts packages register their
+// own through scoped.
 type metrics struct {
 	registry *prometheus.Registry
 	// collectors are all the registry holds, in registration order.
-	collectors    []prometheus.Collector
-	accepted      prometheus.Counter
-	finished      *prometheus.CounterVec
-	phaseDuration *prometheus.HistogramVec
-	running       prometheus.Gauge
-	callbacks     *prometheus.CounterVec
-	dedup         *prometheus.CounterVec
-	interrupted   prometheus.Counter
-	cancelled     prometheus.Counter
-	timedOut      prometheus.Counter
-	// replica is registered only with a database (replica_* series).
-	replica replicaMetrics
-	// reconcile is registered only with a database, as replica.
-	reconcile reconcileMetrics
+	collectors []prometheus.Collector
+	accepted   prometheus.Counter
+	callbacks  *prometheus.CounterVec
 }
 
 // spoolCounts is what the spool collector reads at scrape time.
@@ -54,62 +44,57 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 			Namespace: namespace, Subsystem: "jobs", Name: "accepted_total",
 			Help: "Build jobs accepted and committed to the spool.",
 		}),
-		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "jobs", Name: "finished_total",
-			Help: "Build jobs that reached a terminal state, by result (built, failed).",
-		}, []string{"result"}),
-		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Subsystem: "build", Name: "phase_duration_seconds",
-			Help:    "Time spent in each build phase.",
-			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
-		}, []string{"phase"}),
-		running: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "jobs", Name: "running",
-			Help: "Build jobs running in this process.",
-		}),
 		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "callback", Name: "attempts_total",
 			Help: "Status report deliveries to CubeMaster, by outcome (delivered, retry, dropped) and kind.",
 		}, []string{"outcome", "kind"}),
-		dedup: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "build", Name: "dedup_hits_total",
-			Help: "Builds avoided: reuse of a published artifact, or joining an identical build in flight.",
-		}, []string{"kind"}),
-		interrupted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "jobs", Name: "interrupted_total",
-			Help: "Builds interrupted by a stop and put back in the queue.",
-		}),
-		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "jobs", Name: "cancelled_total",
-			Help: "Jobs ended FAILED by a cancel request, queued or running.",
-		}),
-		timedOut: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "jobs", Name: "timed_out_total",
-			Help: "Jobs ended FAILED because their build ran past build.timeout.",
-		}),
-		replica:   newReplicaMetrics(),
-		reconcile: newReconcileMetrics(),
 	}
 	m.register(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.accepted, m.finished, m.phaseDuration, m.running, m.callbacks, m.dedup, m.interrupted, m.cancelled, m.timedOut,
+		m.accepted, m.callbacks,
 		newSpoolCollector(sp, logger, spoolScrapeTimeout),
 	)
-	for _, r := range []string{"built", "failed"} {
-		m.finished.WithLabelValues(r)
-	}
-	for _, k := range []string{"reuse", "inflight"} {
-		m.dedup.WithLabelValues(k)
-	}
 	return m
 }
 
 // register adds collectors to the registry; it panics on a duplicate, as
 // only a programming error causes one.
 func (m *metrics) register(cs ...prometheus.Collector) {
-	m.registry.MustRegister(cs...)
-	m.collectors = append(m.collectors, cs...)
+	trackingRegisterer{m}.MustRegister(cs...)
+}
+
+// scoped is the Registerer a component registers its series with: their
+// names get the namespace, and the registry tracks them as register does.
+func (m *metrics) scoped() prometheus.Registerer {
+	return prometheus.WrapRegistererWithPrefix(namespace+"_", trackingRegisterer{m})
+}
+
+// trackingRegisterer registers with the registry and records what it
+// registered in collectors.
+type trackingRegisterer struct{ m *metrics }
+
+// Register implements prometheus.Registerer.
+func (t trackingRegisterer) Register(c prometheus.Collector) error {
+	if err := t.m.registry.Register(c); err != nil {
+		return err
+	}
+	t.m.collectors = append(t.m.collectors, c)
+	return nil
+}
+
+// MustRegister implements prometheus.Registerer.
+func (t trackingRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Unregister implements prometheus.Registerer.
+func (t trackingRegisterer) Unregister(c prometheus.Collector) bool {
+	return t.m.registry.Unregister(c)
 }
 
 // spoolCollector reads the spool's depths once per scrape. A failed read

@@ -18,8 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
@@ -170,7 +169,7 @@ func TestReplicasShareOneBuild(t *testing.T) {
 				<-entered
 				rs.submit(b, "job-b", "alpine:3")
 				waitFor(t, "replica B to wait for the lock", func() bool {
-					return testutil.ToFloat64(b.agent.metrics.replica.lockWaits) == 1
+					return b.metric("replica_lock_waits_total") == 1
 				})
 				close(release)
 				ca, cb := a.terminal("job-a"), b.terminal("job-b")
@@ -190,8 +189,7 @@ func TestReplicasShareOneBuild(t *testing.T) {
 				}
 				// Registered or not, B may take the lock before CubeMaster
 				// registers A's artifact: then the object stands for it.
-				hits := b.agent.metrics.replica.reuseHits
-				row, object := testutil.ToFloat64(hits.WithLabelValues(reuseRow)), testutil.ToFloat64(hits.WithLabelValues(reuseObject))
+				row, object := b.metric("replica_reuse_hits_total", "source", "row"), b.metric("replica_reuse_hits_total", "source", "object")
 				if row+object != 1 || (!register && object != 1) {
 					t.Errorf("B's reuse_hits_total: row %v, object %v; want one (object without registration)", row, object)
 				}
@@ -232,7 +230,7 @@ func TestReuseFromReadyRow(t *testing.T) {
 			if cb.Field("status") != "BUILT" || cb.Field("artifact_id") != built.Field("artifact_id") || h.builder.buildCount() != 0 {
 				t.Fatalf("reuse: %v (builds %d)", cb.Body, h.builder.buildCount())
 			}
-			if got := testutil.ToFloat64(h.agent.metrics.replica.reuseHits.WithLabelValues(reuseRow)); got != 1 {
+			if got := h.metric("replica_reuse_hits_total", "source", "row"); got != 1 {
 				t.Errorf("reuse_hits_total{source=row} = %v", got)
 			}
 			if cb.Field("master_node_ip") != "http://10.0.0.1:8089" {
@@ -367,16 +365,16 @@ func TestSweepDeletesStaleCleanups(t *testing.T) {
 				c.Replicas.ReconcileInterval, c.Replicas.ReconcileDisabled = 100*time.Millisecond, true
 			})
 			time.Sleep(500 * time.Millisecond) // several intervals: a disabled sweep must not run in any
-			if got := testutil.ToFloat64(disabled.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone)); got != 0 {
+			if got := disabled.metric("reconcile_sweeps_total", "result", "done"); got != 0 {
 				t.Errorf("disabled sweep ran %v times", got)
 			}
 			disabled.stop()
 
 			sweeper := rs.replica(false, func(c *config.Config) { c.Replicas.ReconcileInterval = 100 * time.Millisecond })
 			waitFor(t, "a sweep", func() bool {
-				return testutil.ToFloat64(sweeper.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone)) >= 1
+				return sweeper.metric("reconcile_sweeps_total", "result", "done") >= 1
 			})
-			if got := testutil.ToFloat64(sweeper.agent.metrics.reconcile.deleted); got != 1 {
+			if got := sweeper.metric("reconcile_deleted_total"); got != 1 {
 				t.Errorf("reconcile_deleted_total = %v, want 1", got)
 			}
 			rows := rs.artifactRows()
@@ -402,7 +400,7 @@ func TestBuildLockLostWithDatabase(t *testing.T) {
 			rs.submit(h, "job-1", "alpine:3")
 			<-entered
 			restart := stopServer(t, rs.srv)
-			waitFor(t, "the lock loss", func() bool { return testutil.ToFloat64(h.agent.metrics.replica.lockLosses) >= 1 })
+			waitFor(t, "the lock loss", func() bool { return h.metric("replica_lock_losses_total") >= 1 })
 			close(release)
 			if cb := h.terminal("job-1"); cb.Field("status") != "BUILT" {
 				t.Fatalf("build with the database gone: %v", cb.Body)
@@ -433,7 +431,7 @@ func TestBuildWithoutLockWhenDatabaseDown(t *testing.T) {
 	if cb := h.terminal("job-1"); cb.Field("status") != "BUILT" {
 		t.Fatalf("build with the database down: %v", cb.Body)
 	}
-	if got := testutil.ToFloat64(h.agent.metrics.replica.lockUnavailable); got != 1 {
+	if got := h.metric("replica_lock_unavailable_total"); got != 1 {
 		t.Errorf("lock_unavailable_total = %v, want 1", got)
 	}
 }
@@ -456,7 +454,7 @@ func TestOrphanedLocalCopyRemoved(t *testing.T) {
 				t.Fatalf("delete through the other replica = %d %s %v", code, body, err)
 			}
 			waitFor(t, "the orphaned copy to go", func() bool {
-				return testutil.ToFloat64(builder.agent.metrics.reconcile.orphans) == 1
+				return builder.metric("reconcile_local_removed_total") == 1
 			})
 			if _, err := os.Stat(filepath.Join(builder.cfg.Store.Dir, id)); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("orphaned copy after its removal: %v", err)
@@ -470,9 +468,9 @@ func TestOrphanedLocalCopyRemoved(t *testing.T) {
 				t.Fatalf("submit: %d %v", code, out)
 			}
 			builder.waitJob("job-2", "built")
-			sweeps := testutil.ToFloat64(builder.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone))
+			sweeps := builder.metric("reconcile_sweeps_total", "result", "done")
 			waitFor(t, "two more reconcile passes", func() bool {
-				return testutil.ToFloat64(builder.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone)) >= sweeps+2
+				return builder.metric("reconcile_sweeps_total", "result", "done") >= sweeps+2
 			})
 			j, err := builder.sp.Job(context.Background(), "job-2")
 			if err != nil {
@@ -500,19 +498,23 @@ func TestPlantedRecordIsNotAdopted(t *testing.T) {
 		name, reason string
 		edit         func(t *testing.T, rs *replicaSet, key string)
 	}{
-		{"signed with another secret", recordSignature, nil},
-		{"unsigned", recordUnsigned, func(t *testing.T, rs *replicaSet, key string) {
-			data, err := rs.objects.Get(context.Background(), recordKey(key), maxRecordBytes)
+		{"signed with another secret", "signature", nil},
+		{"unsigned", "unsigned", func(t *testing.T, rs *replicaSet, key string) {
+			data, err := rs.objects.Get(context.Background(), artifacts.RecordKey(key), 1<<20)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var env signedRecord
+			// The envelope's BUILT fields, as a record an older release or
+			// anyone with write access to the bucket could store.
+			var env struct {
+				Built json.RawMessage `json:"built"`
+			}
 			if err := json.Unmarshal(data, &env); err != nil {
 				t.Fatal(err)
 			}
-			putObject(t, rs.objects, recordKey(key), env.Built) // the BUILT fields alone
+			putObject(t, rs.objects, artifacts.RecordKey(key), env.Built) // the BUILT fields alone
 		}},
-		{"object replaced", recordMismatch, func(t *testing.T, rs *replicaSet, key string) {
+		{"object replaced", "mismatch", func(t *testing.T, rs *replicaSet, key string) {
 			info, err := rs.objects.Stat(context.Background(), key)
 			if err != nil {
 				t.Fatal(err)
@@ -552,10 +554,10 @@ func TestPlantedRecordIsNotAdopted(t *testing.T) {
 			if n := h.builder.buildCount(); n != 1 {
 				t.Errorf("replica built %d times after a planted record, want 1", n)
 			}
-			if n := testutil.ToFloat64(h.agent.objects.metrics.badRecords.WithLabelValues(plant.reason)); n != 1 {
+			if n := h.metric("blobstore_records_rejected_total", "reason", plant.reason); n != 1 {
 				t.Errorf("records_rejected_total{reason=%s} = %v, want 1", plant.reason, n)
 			}
-			if n := testutil.ToFloat64(h.agent.metrics.replica.reuseHits.WithLabelValues(reuseObject)); n != 0 {
+			if n := h.metric("replica_reuse_hits_total", "source", "object"); n != 0 {
 				t.Errorf("reuse_hits_total{source=object} = %v, want 0", n)
 			}
 			// What the replica uploaded in its place is adopted by the next.
@@ -713,7 +715,7 @@ func TestLostLockWaitsBeforePublish(t *testing.T) {
 			})
 			close(release)
 			waitFor(t, "the build to find its lock lost", func() bool {
-				return testutil.ToFloat64(h.agent.metrics.replica.publishLockLost) == 1
+				return h.metric("replica_publish_lock_lost_total") == 1
 			})
 			if names := rs.objectNames(); len(names) != 0 {
 				t.Errorf("published while another replica held the lock: %v", names)
@@ -748,9 +750,9 @@ func TestOrphanAgeCountsFromDelivery(t *testing.T) {
 	})
 	passes := func(n float64) {
 		t.Helper()
-		done := testutil.ToFloat64(h.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone))
+		done := h.metric("reconcile_sweeps_total", "result", "done")
 		waitFor(t, "reconcile passes", func() bool {
-			return testutil.ToFloat64(h.agent.metrics.reconcile.sweeps.WithLabelValues(sweepDone)) >= done+n
+			return h.metric("reconcile_sweeps_total", "result", "done") >= done+n
 		})
 	}
 	h.master.Hold() // CubeMaster down
@@ -765,7 +767,7 @@ func TestOrphanAgeCountsFromDelivery(t *testing.T) {
 	if _, err := os.Stat(copyPath); err != nil {
 		t.Fatalf("the copy went right after its BUILT was delivered: %v", err)
 	}
-	if n := testutil.ToFloat64(h.agent.metrics.reconcile.orphansKept.WithLabelValues(orphanYoung)); n != 1 {
+	if n := h.metric("reconcile_local_orphans_kept", "reason", "young"); n != 1 {
 		t.Errorf("local_orphans_kept{reason=young} = %v, want 1", n)
 	}
 	// CubeMaster registers it late (its first lock wait timed out, and
@@ -786,7 +788,7 @@ func TestOrphanAgeCountsFromDelivery(t *testing.T) {
 	if _, err := rs.seed.Exec("DELETE FROM t_cube_rootfs_artifact WHERE artifact_id = ?", j.ArtifactID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the orphaned copy to go", func() bool { return testutil.ToFloat64(h.agent.metrics.reconcile.orphans) == 1 })
+	waitFor(t, "the orphaned copy to go", func() bool { return h.metric("reconcile_local_removed_total") == 1 })
 	if _, err := os.Stat(copyPath); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("orphaned copy after its removal: %v", err)
 	}
@@ -802,6 +804,8 @@ func TestOrphanNeedsTwoSightings(t *testing.T) {
 	h := rs.replica(true, func(c *config.Config) {
 		c.Replicas.ReconcileDisabled = true // the test runs the passes
 		c.Replicas.OrphanAge = 0
+		// Long enough for two passes in a row to fall within it.
+		c.Replicas.ReconcileInterval = 3 * time.Second
 	})
 	rs.submit(h, "job-1", "alpine:3")
 	id := h.terminal("job-1").Field("artifact_id")
@@ -825,26 +829,27 @@ func TestOrphanNeedsTwoSightings(t *testing.T) {
 		}
 	}
 	setRow(false)
-	h.agent.removeOrphans(ctx)
+	h.agent.artifacts.RemoveOrphans(ctx)
 	kept(true, "first pass without a row")
-	if n := testutil.ToFloat64(h.agent.metrics.reconcile.orphansKept.WithLabelValues(orphanUnconfirmed)); n != 1 {
+	if n := h.metric("reconcile_local_orphans_kept", "reason", "unconfirmed"); n != 1 {
 		t.Errorf("local_orphans_kept{reason=unconfirmed} = %v, want 1", n)
 	}
-	h.agent.removeOrphans(ctx)
+	h.agent.artifacts.RemoveOrphans(ctx)
 	kept(true, "a second pass within the reconcile interval")
-	// The row is back on the next read: the earlier sighting is void.
+	// The row is back on the next read: the earlier sighting is void, so a
+	// pass more than an interval after it, but not after the new one,
+	// keeps the copy.
+	time.Sleep(h.cfg.Replicas.ReconcileInterval)
 	setRow(true)
-	h.agent.removeOrphans(ctx)
+	h.agent.artifacts.RemoveOrphans(ctx)
 	setRow(false)
-	h.agent.removeOrphans(ctx)
-	if first := h.agent.orphansSeen[id]; time.Since(first) > time.Minute {
-		t.Fatalf("first sighting kept across a pass that found the row: %s", first)
-	}
-	// A pass an interval (an hour here) after the first sighting removes it.
-	h.agent.orphansSeen[id] = time.Now().Add(-h.cfg.Replicas.ReconcileInterval)
-	h.agent.removeOrphans(ctx)
+	h.agent.artifacts.RemoveOrphans(ctx)
+	kept(true, "a pass right after one that found the row")
+	// A pass an interval after the new first sighting removes it.
+	time.Sleep(h.cfg.Replicas.ReconcileInterval)
+	h.agent.artifacts.RemoveOrphans(ctx)
 	kept(false, "a pass an interval after the first sighting")
-	if n := testutil.ToFloat64(h.agent.metrics.reconcile.orphans); n != 1 {
+	if n := h.metric("reconcile_local_removed_total"); n != 1 {
 		t.Errorf("local_removed_total = %v, want 1", n)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
@@ -170,8 +171,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handleArtifactDelete deletes an artifact's data (deleteArtifact),
-// idempotently.
+// handleArtifactDelete deletes an artifact's data, idempotently.
 func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.readBody(w, r)
 	if !ok {
@@ -193,9 +193,15 @@ func (a *Agent) handleArtifactDelete(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "artifact_id: not a plain artifact id")
 		return
 	}
-	status, msg := a.deleteArtifact(r.Context(), id)
-	if status != http.StatusOK {
-		writeError(w, status, msg)
+	switch err := a.artifacts.Delete(r.Context(), id); {
+	case errors.Is(err, artifacts.ErrDatabaseUnavailable):
+		writeError(w, http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later")
+		return
+	case artifacts.Refused(err):
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "deleted", "artifact_id": id})
@@ -251,7 +257,7 @@ func (a *Agent) handleJob(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) handleJobCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	// The commit must not depend on the caller staying connected.
-	j, err := a.exec.cancelJob(context.WithoutCancel(r.Context()), id)
+	j, err := a.exec.Cancel(context.WithoutCancel(r.Context()), id)
 	switch {
 	case errors.Is(err, spool.ErrNotFound):
 		writeError(w, http.StatusNotFound, "job not found")
@@ -326,11 +332,11 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		// Bounded well below a health probe's own timeout: an unreachable
 		// endpoint must not make /health itself time out.
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		err := a.objects.store.Check(ctx)
+		err := a.objects.Check(ctx)
 		cancel()
 		checks["blobstore"] = err == nil
 		if err != nil {
-			if !a.objects.store.Abilities().LocalFallback {
+			if !a.objects.Abilities().LocalFallback {
 				problems["blobstore"] = err.Error()
 			} else {
 				degraded["blobstore"] = err.Error()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
@@ -200,8 +201,8 @@ func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id strin
 			return
 		}
 		var pubErr error
-		if !a.exec.withArtifactIdle(id, func() { handedOver, pubErr = true, a.store.Publish(f, id) }) {
-			writeError(w, http.StatusConflict, "artifact is being built")
+		if !a.artifacts.WhenIdle(id, func() { handedOver, pubErr = true, a.store.Publish(f, id) }) {
+			writeError(w, http.StatusConflict, artifacts.ErrBuilding.Error())
 			return
 		}
 		if pubErr != nil {

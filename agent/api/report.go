@@ -24,6 +24,10 @@ const (
 	ProgressUnpacking = 20
 	ProgressBuilding  = 40
 	ProgressDone      = 100
+	// The upload to the blob store, after the image build's 95, moves
+	// progress from ProgressUploadStart to ProgressUploadEnd.
+	ProgressUploadStart = 96
+	ProgressUploadEnd   = 99
 )
 
 // Report is one status callback body. Each kind of report is a struct of

@@ -8,13 +8,10 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/cubesandbox/cubetemplatecenter/agent"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
 )
-
-var _ agent.Builder = (*rootfs.Builder)(nil)
 
 // inflateEnv names the environment variable that forces the pure-Go gzip
 // inflater when set to "go"; any other value leaves the choice automatic

@@ -27,8 +27,14 @@ var rules = []rule{
 	{"cmd/templatecenter", []string{"agent", "agent/api", "agent/config", "agent/blobstore", "agent/masterdb", "agent/liveprogress",
 		"spool", "rootfs", "rootfs/inspect", "rootfs/layercodec"}},
 	{"cmd/tcdemo", []string{"test/..."}},
+	// The daemon shell wires the packages below it.
 	{"agent", []string{"agent/...", "spool", "rootfs"}},
 	{"agent/api", nil},
+	// The build jobs use the artifacts; the artifacts know no job.
+	{"agent/jobs", []string{"agent/api", "agent/artifacts", "agent/config", "agent/masterdb", "spool", "rootfs"}},
+	{"agent/artifacts", []string{"agent/api", "agent/blobstore", "agent/config", "agent/masterdb", "spool", "rootfs"}},
+	// Test helpers opening the test S3 server as a blob store.
+	{"agent/blobstore/blobstoretest", []string{"agent/blobstore", "test/..."}},
 	// Configuration and the blob store name backends as the wire
 	// contract does.
 	{"agent/config", []string{"agent/api"}},
@@ -64,6 +70,9 @@ var never = map[string][]string{
 	"spool":     {"agent/...", "rootfs/...", "cmd/..."},
 	"rootfs":    {"agent/...", "spool/...", "cmd/..."},
 	"agent":     {"cmd/..."},
+	// Below the shell nothing reaches back up into it.
+	"agent/jobs":      {"agent", "cmd/..."},
+	"agent/artifacts": {"agent", "agent/jobs", "agent/report", "cmd/..."},
 }
 
 func match(pattern, pkg string) bool {

@@ -1,8 +1,7 @@
-package agent
+package artifacts
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,7 +11,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
-// TestReuseReadsStoredRecord gives the executor an artifact recorded in the
+// TestReuseReadsStoredRecord gives an artifact recorded in the
 // spool by an earlier release (the record format of api's fixture) and
 // requires it to reuse the artifact with every field intact.
 func TestReuseReadsStoredRecord(t *testing.T) {
@@ -23,7 +22,7 @@ func TestReuseReadsStoredRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	record, err := os.ReadFile(filepath.Join("api", "testdata", "spool", "built-v1.json"))
+	record, err := os.ReadFile(filepath.Join("..", "api", "testdata", "spool", "built-v1.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +41,11 @@ func TestReuseReadsStoredRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e := newExecutor(executorDeps{artifacts: sp, logger: logger})
-	got, ok := e.reusable(ctx, fp, logger)
+	logger := slog.New(slog.DiscardHandler)
+	a := New(Options{Index: sp, Logger: logger})
+	got, ok := a.recorded(ctx, fp, logger)
 	if !ok {
-		t.Fatal("reusable = false, want the recorded artifact")
+		t.Fatal("recorded = false, want the recorded artifact")
 	}
 	want := api.Built{
 		ArtifactID:      "rfs-0123456789abcdef01234567",
@@ -62,6 +61,6 @@ func TestReuseReadsStoredRecord(t *testing.T) {
 		CATargets:       3,
 	}
 	if *got != want {
-		t.Errorf("reusable:\n got %+v\nwant %+v", *got, want)
+		t.Errorf("recorded:\n got %+v\nwant %+v", *got, want)
 	}
 }

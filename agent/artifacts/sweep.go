@@ -1,9 +1,8 @@
-package agent
+package artifacts
 
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,23 +50,23 @@ type reconcileMetrics struct {
 func newReconcileMetrics() reconcileMetrics {
 	m := reconcileMetrics{
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "sweeps_total",
+			Subsystem: "reconcile", Name: "sweeps_total",
 			Help: "CLEANUP_PENDING sweeps, by result (done; skipped: another replica held the lock; failed).",
 		}, []string{"result"}),
 		deleted: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "deleted_total",
+			Subsystem: "reconcile", Name: "deleted_total",
 			Help: "CLEANUP_PENDING artifacts the sweep deleted.",
 		}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "delete_failures_total",
+			Subsystem: "reconcile", Name: "delete_failures_total",
 			Help: "CLEANUP_PENDING artifacts the sweep could not delete (left CLEANUP_PENDING with last_error).",
 		}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "local_removed_total",
+			Subsystem: "reconcile", Name: "local_removed_total",
 			Help: "Local artifact copies removed because CubeMaster's database has no row for them.",
 		}),
 		orphansKept: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "local_orphans_kept",
+			Subsystem: "reconcile", Name: "local_orphans_kept",
 			Help: "Local artifact copies without a row in CubeMaster's database that the last pass kept, by reason " +
 				"(young: delivered less than replicas.orphan_age ago; unconfirmed: found without a row once so far).",
 		}, []string{"reason"}),
@@ -75,21 +74,24 @@ func newReconcileMetrics() reconcileMetrics {
 	for _, r := range []string{sweepDone, sweepSkipped, sweepFailed} {
 		m.sweeps.WithLabelValues(r)
 	}
+	for _, r := range []string{orphanYoung, orphanUnconfirmed} {
+		m.orphansKept.WithLabelValues(r)
+	}
 	return m
 }
 
-func (m reconcileMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.sweeps, m.deleted, m.failed, m.orphans, m.orphansKept}
+func (m reconcileMetrics) register(reg prometheus.Registerer) {
+	reg.MustRegister(m.sweeps, m.deleted, m.failed, m.orphans, m.orphansKept)
 }
 
-// reconcileLoop sweeps (and removes orphaned local copies) soon after start, then every
+// Reconcile sweeps (and removes orphaned local copies) soon after start, then every
 // replicas.reconcile_interval, while the agent runs with a database. The
 // settings are read at each pass, so a reload turns it on or off.
-func (a *Agent) reconcileLoop(ctx context.Context) {
-	if a.db == nil {
+func (a *Artifacts) Reconcile(ctx context.Context) {
+	if a.rows == nil {
 		return
 	}
-	wait := min(firstSweepAfter, a.config().Replicas.ReconcileInterval)
+	wait := min(firstSweepAfter, a.replicas().ReconcileInterval)
 	for {
 		timer := time.NewTimer(wait)
 		select {
@@ -98,22 +100,22 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		settings := a.config().Replicas
+		settings := a.replicas()
 		wait = settings.ReconcileInterval
 		if settings.ReconcileDisabled {
 			continue
 		}
-		a.sweep(ctx)
-		a.removeOrphans(ctx)
+		a.Sweep(ctx)
+		a.RemoveOrphans(ctx)
 	}
 }
 
-// sweep deletes, under tc_reconcile_v1, up to sweepLimit artifacts whose
+// Sweep deletes, under tc_reconcile_v1, up to sweepLimit artifacts whose
 // rows have been CLEANUP_PENDING for cleanupAge, as a delete call would.
 // When another replica holds the lock it sweeps, and this pass is skipped.
-func (a *Agent) sweep(ctx context.Context) {
+func (a *Artifacts) Sweep(ctx context.Context) {
 	m := a.metrics.reconcile
-	lock, ok, err := a.db.TryLock(ctx, masterdb.ReconcileLockName, masterdb.LockOptions{Keepalive: a.config().Replicas.LockKeepalive})
+	lock, ok, err := a.rows.TryLock(ctx, masterdb.ReconcileLockName, masterdb.LockOptions{Keepalive: a.replicas().LockKeepalive})
 	switch {
 	case err != nil:
 		m.sweeps.WithLabelValues(sweepFailed).Inc()
@@ -129,7 +131,7 @@ func (a *Agent) sweep(ctx context.Context) {
 			a.logger.Warn("reconcile: release the sweep lock", "err", err)
 		}
 	}()
-	ids, err := a.db.StaleCleanups(ctx, cleanupAge, sweepLimit)
+	ids, err := a.rows.StaleCleanups(ctx, cleanupAge, sweepLimit)
 	if err != nil {
 		m.sweeps.WithLabelValues(sweepFailed).Inc()
 		a.logger.Warn("reconcile: list CLEANUP_PENDING artifacts", "err", err)
@@ -146,10 +148,10 @@ func (a *Agent) sweep(ctx context.Context) {
 			a.logger.Warn("reconcile: CLEANUP_PENDING row has an artifact id that is not a plain name; left alone", "artifact_id", id)
 			continue
 		}
-		if status, msg := a.deleteClaimed(ctx, id); status != http.StatusOK {
+		if err := a.deleteClaimed(ctx, a.logger.With("artifact_id", id), id); err != nil {
 			failed++
 			m.failed.Inc()
-			a.logger.Warn("reconcile: delete CLEANUP_PENDING artifact", "artifact_id", id, "status", status, "err", msg)
+			a.logger.Warn("reconcile: delete CLEANUP_PENDING artifact", "artifact_id", id, "err", err)
 			continue
 		}
 		deleted++
@@ -172,7 +174,7 @@ const (
 // pass reads.
 const orphanPageSize = 200
 
-// removeOrphans removes this replica's local copies of artifacts that
+// RemoveOrphans removes this replica's local copies of artifacts that
 // CubeMaster's database has no row for. Such copies are left by deletes
 // another replica answered. A copy goes only when all of these hold:
 //   - its last BUILT report reached CubeMaster at least replicas.orphan_age
@@ -187,9 +189,9 @@ const orphanPageSize = 200
 // it. The blob store's object is not touched: deleting it is CubeMaster's
 // call, and another replica may have reported it in a BUILT CubeMaster has
 // not received yet. A database that cannot tell keeps everything.
-func (a *Agent) removeOrphans(ctx context.Context) {
+func (a *Artifacts) RemoveOrphans(ctx context.Context) {
 	now := time.Now()
-	settings := a.config().Replicas
+	settings := a.replicas()
 	seen := map[string]time.Time{}
 	kept := map[string]int{orphanYoung: 0, orphanUnconfirmed: 0}
 	defer func() {
@@ -199,7 +201,7 @@ func (a *Agent) removeOrphans(ctx context.Context) {
 		}
 	}()
 	for after := ""; ctx.Err() == nil; {
-		recs, err := a.spool.DeliveredArtifacts(ctx, now, after, orphanPageSize)
+		recs, err := a.index.DeliveredArtifacts(ctx, now, after, orphanPageSize)
 		if err != nil {
 			a.logger.Warn("reconcile: list local artifacts", "err", err)
 			return
@@ -208,7 +210,7 @@ func (a *Agent) removeOrphans(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if _, err := a.db.Artifact(ctx, rec.ID); !errors.Is(err, masterdb.ErrArtifactNotFound) {
+			if _, err := a.rows.Artifact(ctx, rec.ID); !errors.Is(err, masterdb.ErrArtifactNotFound) {
 				if err != nil {
 					a.logger.Warn("reconcile: look up the row of a local artifact", "artifact_id", rec.ID, "err", err)
 					if first, ok := a.orphansSeen[rec.ID]; ok {
@@ -240,17 +242,17 @@ func (a *Agent) removeOrphans(ctx context.Context) {
 	}
 }
 
-// removeOrphan removes one local copy removeOrphans found orphaned, unless
+// removeOrphan removes one local copy RemoveOrphans found orphaned, unless
 // a job needs it by now.
-func (a *Agent) removeOrphan(ctx context.Context, rec spool.Artifact) {
+func (a *Artifacts) removeOrphan(ctx context.Context, rec spool.Artifact) {
 	var rmErr error
-	ran := a.exec.withArtifactIdle(rec.ID, func() {
+	ran := a.WhenIdle(rec.ID, func() {
 		if rmErr = a.unreported(ctx, rec.ID); rmErr == nil {
 			rmErr = a.removeLocalCopy(ctx, rec.ID)
 		}
 	})
 	switch {
-	case !ran, errors.Is(rmErr, errArtifactReported):
+	case !ran, errors.Is(rmErr, ErrReported):
 	case rmErr != nil:
 		a.logger.Warn("reconcile: remove orphaned local artifact", "artifact_id", rec.ID, "err", rmErr)
 	default:

@@ -1,4 +1,4 @@
-package agent
+package artifacts
 
 import (
 	"crypto/hmac"

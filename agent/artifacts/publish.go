@@ -1,4 +1,4 @@
-package agent
+package artifacts
 
 import (
 	"bytes"
@@ -20,11 +20,11 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
-// objectPublisher keeps the durable copy of each artifact in the blob
+// publisher keeps the durable copy of each artifact in the blob
 // store: it uploads a published image, verifies the object, and reports
-// its blob fields. A nil *objectPublisher means no blob store: artifacts
-// live on the local store only.
-type objectPublisher struct {
+// its blob fields. A nil *publisher means no blob store: artifacts live on
+// the local store only.
+type publisher struct {
 	store  blobstore.Store
 	prefix string
 	// recordKey signs and checks the records stored beside objects; nil
@@ -55,42 +55,48 @@ type objectMetrics struct {
 }
 
 func newObjectMetrics() objectMetrics {
-	return objectMetrics{
+	m := objectMetrics{
 		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "blobstore", Name: "upload_bytes_total",
+			Subsystem: "blobstore", Name: "upload_bytes_total",
 			Help: "Artifact bytes uploaded to the blob store.",
 		}),
 		uploadDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Subsystem: "blobstore", Name: "upload_duration_seconds",
+			Subsystem: "blobstore", Name: "upload_duration_seconds",
 			Help:    "Time to upload and verify one artifact.",
 			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "blobstore", Name: "failures_total",
+			Subsystem: "blobstore", Name: "failures_total",
 			Help: "Blob store operations that failed after their retries, by operation.",
 		}, []string{"op"}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "blobstore", Name: "fallbacks_total",
+			Subsystem: "blobstore", Name: "fallbacks_total",
 			Help: "Builds reported with the local artifact only because the S3 upload failed.",
 		}),
 		verifiedReuses: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "blobstore", Name: "verified_reuses_total",
+			Subsystem: "blobstore", Name: "verified_reuses_total",
 			Help: "Reused artifacts whose object was found intact in the blob store.",
 		}),
 		badRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "blobstore", Name: "records_rejected_total",
+			Subsystem: "blobstore", Name: "records_rejected_total",
 			Help: "Artifact records found beside objects and not trusted (the artifact was built instead), by reason.",
 		}, []string{"reason"}),
 	}
+	for _, op := range blobOps {
+		m.failures.WithLabelValues(op)
+	}
+	for _, r := range []string{recordUnsigned, recordSignature, recordMismatch} {
+		m.badRecords.WithLabelValues(r)
+	}
+	return m
 }
 
-func (m objectMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.uploadBytes, m.uploadDuration, m.failures, m.fallbacks, m.verifiedReuses, m.badRecords}
-}
+// Blob store operations, the op label of blobstore_failures_total.
+var blobOps = []string{"stat", "upload", "presign", "foreign_key", "delete", "record"}
 
-// errObjectMissing reports an artifact with neither an intact object nor a
-// local image to upload again: it must be rebuilt.
-var errObjectMissing = errors.New("artifact object missing and no local copy to upload")
+func (m objectMetrics) register(reg prometheus.Registerer) {
+	reg.MustRegister(m.uploadBytes, m.uploadDuration, m.failures, m.fallbacks, m.verifiedReuses, m.badRecords)
+}
 
 // ensure makes sure built's artifact is in the blob store and returns built
 // with its blob fields set. An intact object (size and sha256 as built) is
@@ -98,7 +104,7 @@ var errObjectMissing = errors.New("artifact object missing and no local copy to 
 // receives the share uploaded (0..1). When the upload fails for good, the
 // S3 backend falls back to the local artifact (built without blob fields,
 // as upstream does) and the fs backend returns the error.
-func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress func(float64)) (*api.Built, error) {
+func (p *publisher) ensure(ctx context.Context, built *api.Built, progress func(float64)) (*api.Built, error) {
 	if p == nil {
 		return built, nil
 	}
@@ -136,7 +142,7 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 		return p.fallback(&out, log, fmt.Errorf("stat artifact object %s: %w", key, err))
 	}
 	if _, err := os.Stat(built.Ext4Path); errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("artifact %s: %w", built.ArtifactID, errObjectMissing)
+		return nil, fmt.Errorf("artifact %s: %w", built.ArtifactID, ErrObjectMissing)
 	}
 	info, err = p.upload(ctx, key, built, progress)
 	if err != nil {
@@ -161,7 +167,7 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 
 // upload sends the local image to key and returns what the store holds,
 // checked against the image.
-func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Built, progress func(float64)) (blobstore.Info, error) {
+func (p *publisher) upload(ctx context.Context, key string, built *api.Built, progress func(float64)) (blobstore.Info, error) {
 	began := time.Now()
 	p.logger.Info("uploading artifact", "artifact_id", built.ArtifactID, "object_key", key, "size", built.Ext4SizeBytes)
 	// What an interrupted upload of this key left (an agent killed mid
@@ -206,7 +212,7 @@ func (p *objectPublisher) upload(ctx context.Context, key string, built *api.Bui
 
 // withFields sets the blob fields of a verified object: backend and key,
 // and where the backend presigns (S3) a download URL.
-func (p *objectPublisher) withFields(ctx context.Context, b *api.Built, key string, log *slog.Logger) (*api.Built, error) {
+func (p *publisher) withFields(ctx context.Context, b *api.Built, key string, log *slog.Logger) (*api.Built, error) {
 	b.StorageBackend, b.ObjectKey = p.store.Backend(), key
 	if p.store.Abilities().Presign {
 		url, err := p.store.PresignGet(ctx, key, p.presignTTL)
@@ -223,7 +229,7 @@ func (p *objectPublisher) withFields(ctx context.Context, b *api.Built, key stri
 // fallback ends a failed blob store step: a backend with a local fallback
 // (S3) reports the local artifact (when it is still there); otherwise (fs)
 // the job fails.
-func (p *objectPublisher) fallback(b *api.Built, log *slog.Logger, err error) (*api.Built, error) {
+func (p *publisher) fallback(b *api.Built, log *slog.Logger, err error) (*api.Built, error) {
 	if !p.store.Abilities().LocalFallback {
 		return nil, err
 	}
@@ -240,7 +246,7 @@ func (p *objectPublisher) fallback(b *api.Built, log *slog.Logger, err error) (*
 // artifact was reported under (a database row's object_key), is deleted
 // only when it is that same key: a row names any key it likes, and the
 // bucket (or an fs root inside the store) holds other artifacts' data.
-func (p *objectPublisher) remove(ctx context.Context, artifactID, otherKey string) error {
+func (p *publisher) remove(ctx context.Context, artifactID, otherKey string) error {
 	if p == nil {
 		return nil
 	}
@@ -252,7 +258,7 @@ func (p *objectPublisher) remove(ctx context.Context, artifactID, otherKey strin
 	}
 	// The object, then the record beside it: a failure between leaves a
 	// record without object, which is never adopted.
-	for _, del := range []string{key, recordKey(key)} {
+	for _, del := range []string{key, RecordKey(key)} {
 		if err := p.store.Delete(ctx, del); err != nil {
 			p.metrics.failures.WithLabelValues("delete").Inc()
 			return fmt.Errorf("delete artifact object %s: %w", del, err)
@@ -266,7 +272,7 @@ func (p *objectPublisher) remove(ctx context.Context, artifactID, otherKey strin
 const maxRecordBytes = 9 << 20
 
 // recordKey is the key of the record stored beside an artifact's object.
-func recordKey(objectKey string) string {
+func RecordKey(objectKey string) string {
 	return strings.TrimSuffix(objectKey, ".ext4") + ".json"
 }
 
@@ -275,7 +281,7 @@ func recordKey(objectKey string) string {
 // before CubeMaster registered it can report the artifact without building
 // it. Without a record key none is stored. A failure only costs that: it is
 // logged.
-func (p *objectPublisher) putRecord(ctx context.Context, built *api.Built, info blobstore.Info, log *slog.Logger) {
+func (p *publisher) putRecord(ctx context.Context, built *api.Built, info blobstore.Info, log *slog.Logger) {
 	if p.recordKey == nil {
 		return
 	}
@@ -285,7 +291,7 @@ func (p *objectPublisher) putRecord(ctx context.Context, built *api.Built, info 
 	data, err := sealRecord(p.recordKey, key, info.ETag, rec)
 	if err == nil {
 		sum := sha256.Sum256(data)
-		err = p.store.Put(ctx, recordKey(key), bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
+		err = p.store.Put(ctx, RecordKey(key), bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
 	}
 	if err != nil {
 		p.metrics.failures.WithLabelValues("record").Inc()
@@ -307,7 +313,7 @@ const (
 // and, on S3, entity tag); ok is false otherwise, errors included. Without
 // a record key nothing is adopted: an unsigned record could come from
 // anyone who can write to the bucket.
-func (p *objectPublisher) adopt(ctx context.Context, artifactID, fp string, log *slog.Logger) (*api.Built, bool) {
+func (p *publisher) adopt(ctx context.Context, artifactID, fp string, log *slog.Logger) (*api.Built, bool) {
 	if p == nil || p.recordKey == nil {
 		return nil, false
 	}
@@ -319,7 +325,7 @@ func (p *objectPublisher) adopt(ctx context.Context, artifactID, fp string, log 
 		}
 		return nil, false
 	}
-	data, err := p.store.Get(ctx, recordKey(key), maxRecordBytes)
+	data, err := p.store.Get(ctx, RecordKey(key), maxRecordBytes)
 	if err != nil {
 		log.Warn("artifact object has no readable record; building it", "object_key", key, "err", err)
 		return nil, false
@@ -357,7 +363,7 @@ type localObjects interface {
 // its record vouches for. On S3 the record's entity tag already ties it to
 // the content; an fs object has no such tag, and its recorded sha256 is a
 // file beside it that anyone who can replace the object can rewrite too.
-func (p *objectPublisher) checkContent(ctx context.Context, key, sha256hex string) (string, error) {
+func (p *publisher) checkContent(ctx context.Context, key, sha256hex string) (string, error) {
 	local, ok := p.store.(localObjects)
 	if !ok {
 		return "", nil

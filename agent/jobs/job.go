@@ -1,0 +1,392 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
+)
+
+// jobRun is the state of one running job.
+type jobRun struct {
+	e     *Executor
+	job   spool.Job
+	build *api.Build
+	log   *slog.Logger
+	// agentCtx ends when the agent stops: a build shared by several jobs
+	// runs under it rather than under the context of the job leading it.
+	agentCtx context.Context
+	// limit is the build.timeout the job runs under.
+	limit time.Duration
+
+	mu         sync.Mutex
+	phase      string
+	progress   int
+	pull       *rootfs.PullProgress
+	pullSent   *rootfs.PullProgress
+	pullSentAt time.Time
+	flush      chan struct{}
+}
+
+// run drives one job, under ctx, to a terminal report, or back to the
+// queue when the agent stops (agentCtx ends) under it.
+func (e *Executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.Duration) {
+	r := &jobRun{e: e, job: job, log: e.logger.With("job_id", job.ID, "attempt", job.Attempts),
+		agentCtx: agentCtx, limit: limit, phase: api.PhasePulling, flush: make(chan struct{}, 1)}
+	if job.Attempts > e.settings().MaxAttempts {
+		r.fail(ctx, job.Phase, fmt.Sprintf("build interrupted %d times (agent stopped or crashed during it); giving up", job.Attempts-1))
+		return
+	}
+	b, err := api.ParseBuild(job.Request)
+	if err != nil {
+		r.fail(ctx, api.PhasePulling, fmt.Sprintf("stored request is invalid: %v", err))
+		return
+	}
+	r.build = b
+	r.log = r.log.With("image", b.Template.SourceImageRef)
+	r.log.Info("build started")
+
+	if e.live != nil {
+		// However the job ends (or is requeued), its live progress goes:
+		// CubeMaster reads the job row once it is not RUNNING.
+		defer e.live.Finish(job.ID)
+	}
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); r.heartbeat(hbCtx) }()
+	built, phase, err := r.execute(ctx)
+	stopHeartbeat()
+	<-hbDone
+	var timeout buildTimeout
+	switch {
+	case errors.Is(context.Cause(ctx), errCancelled):
+		// The cancel committed the FAILED report before it ended ctx.
+		r.log.Info("build stopped: job cancelled", "phase", phase)
+	case err == nil:
+		r.persistPull(ctx, true)
+		r.succeed(ctx, built)
+	case errors.As(context.Cause(ctx), &timeout) || errors.As(err, &timeout):
+		r.e.metrics.timedOut.Inc()
+		r.fail(ctx, phase, timeout.Error())
+	case ctx.Err() != nil || errors.Is(err, errStopping):
+		r.interrupted()
+	default:
+		r.persistPull(ctx, true)
+		r.fail(ctx, phase, err.Error())
+	}
+}
+
+// execute runs the phases up to a published (or reused) artifact; on error
+// it returns the phase that failed.
+func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
+	e := r.e
+	t := &r.build.Template
+
+	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
+	began := time.Now()
+	img, err := e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
+	if err != nil {
+		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
+	}
+	e.metrics.phaseDuration.WithLabelValues(phaseResolve).Observe(time.Since(began).Seconds())
+
+	r.setPhase(ctx, api.PhaseUnpacking, api.ProgressUnpacking)
+	var ca *rootfs.CA
+	if t.WantsCA() {
+		if ca, err = e.builder.LoadCA(ctx); err != nil {
+			return nil, api.PhaseUnpacking, fmt.Errorf("load cube egress CA: %w", err)
+		}
+	}
+	caFP := ""
+	if ca != nil {
+		caFP = ca.Fingerprint
+	}
+	fp, err := api.Fingerprint(t, img.Digest, caFP, r.build.EnvdSHA)
+	if err != nil {
+		return nil, api.PhaseUnpacking, err
+	}
+	artifactID := api.ArtifactID(fp)
+	r.log = r.log.With("artifact_id", artifactID)
+	if err := e.jobs.SetFingerprint(ctx, r.job.ID, fp, artifactID); err != nil {
+		return nil, api.PhaseUnpacking, err
+	}
+	r.report(ctx, spool.KindFingerprint, api.FingerprintReport(artifactID, fp, img.Digest))
+
+	for {
+		// Reuses run in the flight too, so that a delete of the artifact
+		// (withArtifactIdle) waits for them as it waits for builds.
+		fl, leader, joined := r.e.join(r.agentCtx, r.limit, fp, artifactID)
+		switch {
+		case leader:
+			e.wg.Add(1)
+			go func() {
+				defer e.wg.Done()
+				built, reused, err := r.produce(fl.ctx, img, ca, fp, artifactID)
+				var timeout buildTimeout
+				if err != nil && errors.As(context.Cause(fl.ctx), &timeout) {
+					// Whichever step it stopped in (image, upload).
+					err = timeout
+				}
+				e.land(fp, artifactID, fl, built, reused, err, api.PhaseBuildingExt4)
+			}()
+		case joined:
+			r.log.Info("identical build in flight, waiting for it", "fingerprint", fp)
+		}
+		select {
+		case <-ctx.Done():
+			if joined {
+				e.leave(fl)
+			}
+			return nil, r.phaseNow(), errStopping
+		case <-fl.done:
+		}
+		if fl.err == nil {
+			switch {
+			case !leader:
+				e.metrics.dedup.WithLabelValues("inflight").Inc()
+			case fl.reused:
+				e.metrics.dedup.WithLabelValues("reuse").Inc()
+			}
+			return fl.built, api.PhaseReady, nil
+		}
+		if !errors.Is(fl.err, errStopping) && !errors.Is(fl.err, context.Canceled) {
+			return nil, fl.phase, fl.err
+		}
+		if ctx.Err() != nil {
+			return nil, r.phaseNow(), errStopping
+		}
+		// The build was abandoned or interrupted while this job goes on:
+		// lead a retry.
+	}
+}
+
+// buildArtifact runs the image build of a flight r leads, under the
+// flight's context, and records the local artifact. It touches r only in memory
+// (progress, log), never its job in the spool: r may have been cancelled
+// while the build goes on for other jobs.
+func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
+	e := r.e
+	began := time.Now()
+	art, err := e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
+		Envd: r.build.EnvdData, CA: ca}, r.onProgress)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errStopping
+		}
+		return nil, fmt.Errorf("build image: %w", err)
+	}
+	e.metrics.phaseDuration.WithLabelValues(phaseBuild).Observe(time.Since(began).Seconds())
+	built, err := e.artifacts.Record(context.WithoutCancel(ctx), img, ca, fp, art)
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("artifact published", "path", art.Path, "size", art.Size, "sha256", art.SHA256, "took", time.Since(began).Round(time.Millisecond))
+	return built, nil
+}
+
+// publishObject puts the artifact in the blob store, when there is one,
+// and records its blob fields with it. The job's phase stays BUILDING_EXT4
+// meanwhile, with progress towards 99 and heartbeats as usual; a job
+// interrupted here finds its artifact published when it resumes and only
+// uploads.
+func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Built, error) {
+	e := r.e
+	if e.artifacts.Objects() == nil {
+		return built, nil
+	}
+	if r.phaseNow() != api.PhaseBuildingExt4 {
+		r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressUploadStart)
+	}
+	r.onProgress(rootfs.Progress{Percent: api.ProgressUploadStart})
+	out, err := e.artifacts.Publish(ctx, built, func(share float64) {
+		r.onProgress(rootfs.Progress{Percent: api.ProgressUploadStart + int(share*(api.ProgressUploadEnd-api.ProgressUploadStart))})
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil, errStopping
+	}
+	return out, err
+}
+
+// setPhase records a phase change and reports it.
+func (r *jobRun) setPhase(ctx context.Context, phase string, progress int) {
+	r.mu.Lock()
+	r.phase, r.progress = phase, progress
+	r.mu.Unlock()
+	r.persistProgress(ctx, true)
+}
+
+func (r *jobRun) phaseNow() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phase
+}
+
+// onProgress receives builder progress; it only records it and never blocks.
+func (r *jobRun) onProgress(p rootfs.Progress) {
+	r.mu.Lock()
+	if p.Percent > r.progress && p.Percent < api.ProgressDone {
+		r.progress = p.Percent
+	}
+	final := false
+	if p.Pull != nil {
+		pull := *p.Pull
+		r.pull = &pull
+		final = pull.Done()
+	}
+	r.mu.Unlock()
+	if p.Pull != nil && r.e.live != nil {
+		r.e.live.Update(r.job.ID, wirePull(*p.Pull))
+	}
+	if final {
+		select {
+		case r.flush <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// heartbeat re-sends the job's phase and progress at the configured interval
+// so CubeMaster's stale-job reaper sees a live build, and forwards download
+// progress.
+func (r *jobRun) heartbeat(ctx context.Context) {
+	for {
+		interval := r.e.settings().HeartbeatInterval
+		timer := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-r.flush:
+			timer.Stop()
+			r.persistPull(ctx, true)
+		case <-timer.C:
+			r.persistProgress(ctx, true)
+			r.persistPull(ctx, false)
+		}
+	}
+}
+
+// persistProgress stores the current phase/progress and, when send is set,
+// queues it as a RUNNING report.
+func (r *jobRun) persistProgress(ctx context.Context, send bool) {
+	r.mu.Lock()
+	phase, progress := r.phase, r.progress
+	r.mu.Unlock()
+	var rep *spool.Report
+	if send {
+		body, err := api.RunningReport(phase, progress).Encode()
+		if err != nil {
+			r.log.Warn("record progress", "err", err)
+			return
+		}
+		rep = &spool.Report{Kind: spool.KindStatus, Body: body}
+	}
+	if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
+		if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
+			r.log.Warn("record progress", "err", err)
+		}
+		return
+	}
+	r.e.reporter.Wake()
+}
+
+// persistPull queues the latest download progress when it changed since
+// the last one sent; between heartbeats at most every half interval unless
+// final.
+func (r *jobRun) persistPull(ctx context.Context, final bool) {
+	r.mu.Lock()
+	p := r.pull
+	if p == nil || (r.pullSent != nil && *r.pullSent == *p) ||
+		(!final && !p.Done() && time.Since(r.pullSentAt) < r.e.settings().HeartbeatInterval/2) {
+		r.mu.Unlock()
+		return
+	}
+	sent := *p
+	r.pullSent, r.pullSentAt = &sent, time.Now()
+	r.mu.Unlock()
+	r.report(ctx, spool.KindPull, api.PullReport(wirePull(*p)))
+}
+
+// wirePull is the builder's pull progress as CubeMaster receives it, in
+// the callbacks and in Redis.
+func wirePull(p rootfs.PullProgress) api.Pull {
+	return api.Pull{TotalBytes: p.TotalBytes, DownloadedBytes: p.DownloadedBytes, TotalLayers: p.TotalLayers,
+		CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}
+}
+
+// report queues a non-terminal report.
+func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) {
+	body, err := rep.Encode()
+	if err != nil {
+		r.log.Warn("queue report", "kind", kind, "err", err)
+		return
+	}
+	if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body}); err != nil {
+		if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
+			r.log.Warn("queue report", "kind", kind, "err", err)
+		}
+		return
+	}
+	r.e.reporter.Wake()
+}
+
+// succeed ends the job with a BUILT report carrying this job's download
+// base URL.
+func (r *jobRun) succeed(ctx context.Context, built *api.Built) {
+	b := *built
+	b.MasterNodeIP = api.NormalizeBaseURL(r.build.DownloadBaseURL)
+	r.finish(ctx, spool.StateBuilt, api.PhaseReady, "", api.BuiltReport(b))
+}
+
+// fail ends the job with a FAILED report.
+func (r *jobRun) fail(ctx context.Context, phase, message string) {
+	if phase == "" {
+		phase = api.PhasePulling
+	}
+	r.log.Error("build failed", "phase", phase, "err", message)
+	r.finish(ctx, spool.StateFailed, phase, message, api.FailedReport(phase, message))
+}
+
+func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg string, rep api.Report) {
+	e := r.e
+	// The terminal report must be recorded even when the job context ends.
+	ctx = context.WithoutCancel(ctx)
+	body, err := rep.Encode()
+	if err != nil {
+		r.log.Error("record job result", "err", err)
+		return
+	}
+	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: body}); err != nil {
+		if errors.Is(err, spool.ErrFinished) {
+			// A cancel ended the job first; its report stands.
+			r.log.Info("job ended before its build did; result not recorded", "state", state)
+			return
+		}
+		// The job stays "running" in the spool and is resumed at the next
+		// start, so the terminal report is produced then.
+		r.log.Error("record job result", "err", err)
+		return
+	}
+	e.metrics.finished.WithLabelValues(string(state)).Inc()
+	e.reporter.Wake()
+	if state == spool.StateBuilt {
+		r.log.Info("build finished", "took", time.Since(r.job.StartedAt).Round(time.Millisecond))
+	}
+}
+
+// interrupted puts the job back in the queue for the next start.
+func (r *jobRun) interrupted() {
+	e := r.e
+	if err := e.jobs.Requeue(context.Background(), r.job.ID); err != nil {
+		r.log.Error("requeue interrupted job", "err", err)
+		return
+	}
+	e.metrics.interrupted.Inc()
+	r.log.Info("build interrupted by shutdown, job requeued", "phase", r.phaseNow())
+}

@@ -1,0 +1,101 @@
+package jobs
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Steps timed by build_phase_duration_seconds, its phase label.
+const (
+	phaseResolve = "resolve"
+	phaseBuild   = "build"
+)
+
+// metrics are the series of the executor: jobs and their phases, and,
+// with CubeMaster's database, the coordination with other replicas.
+type metrics struct {
+	running       prometheus.Gauge
+	phaseDuration *prometheus.HistogramVec
+	dedup         *prometheus.CounterVec
+	finished      *prometheus.CounterVec
+	interrupted   prometheus.Counter
+	cancelled     prometheus.Counter
+	timedOut      prometheus.Counter
+
+	lockWaits       prometheus.Counter
+	lockWaitSeconds prometheus.Histogram
+	lockLosses      prometheus.Counter
+	lockUnavailable prometheus.Counter
+	publishLockLost prometheus.Counter
+}
+
+func newMetrics() metrics {
+	m := metrics{
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "jobs", Name: "finished_total",
+			Help: "Build jobs that reached a terminal state, by result (built, failed).",
+		}, []string{"result"}),
+		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Subsystem: "build", Name: "phase_duration_seconds",
+			Help:    "Time spent in each build phase.",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
+		}, []string{"phase"}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Subsystem: "jobs", Name: "running",
+			Help: "Build jobs running in this process.",
+		}),
+		dedup: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "build", Name: "dedup_hits_total",
+			Help: "Builds avoided: reuse of a published artifact, or joining an identical build in flight.",
+		}, []string{"kind"}),
+		interrupted: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "jobs", Name: "interrupted_total",
+			Help: "Builds interrupted by a stop and put back in the queue.",
+		}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "jobs", Name: "cancelled_total",
+			Help: "Jobs ended FAILED by a cancel request, queued or running.",
+		}),
+		timedOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "jobs", Name: "timed_out_total",
+			Help: "Jobs ended FAILED because their build ran past build.timeout.",
+		}),
+		lockWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "replica", Name: "lock_waits_total",
+			Help: "Builds that found their fingerprint's lock held by another replica and waited.",
+		}),
+		lockWaitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: "replica", Name: "lock_wait_seconds",
+			Help:    "Time builds waited for another replica's build of the same fingerprint.",
+			Buckets: []float64{1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
+		}),
+		lockLosses: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "replica", Name: "lock_losses_total",
+			Help: "Build locks found lost while held (connection dropped or killed).",
+		}),
+		lockUnavailable: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "replica", Name: "lock_unavailable_total",
+			Help: "Builds that went on without the build lock because the database could not be reached.",
+		}),
+		publishLockLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "replica", Name: "publish_lock_lost_total",
+			Help: "Builds that found their build lock lost when about to publish the artifact, and waited for it.",
+		}),
+	}
+	for _, r := range []string{"built", "failed"} {
+		m.finished.WithLabelValues(r)
+	}
+	for _, k := range []string{"reuse", "inflight"} {
+		m.dedup.WithLabelValues(k)
+	}
+	for _, p := range []string{phaseResolve, phaseBuild} {
+		m.phaseDuration.WithLabelValues(p)
+	}
+	return m
+}
+
+// register registers the job series, and the replica series when builds
+// are shared with other replicas.
+func (m metrics) register(reg prometheus.Registerer, replicas bool) {
+	reg.MustRegister(m.running, m.phaseDuration, m.dedup, m.finished, m.interrupted, m.cancelled, m.timedOut)
+	if replicas {
+		reg.MustRegister(m.lockWaits, m.lockWaitSeconds, m.lockLosses, m.lockUnavailable, m.publishLockLost)
+	}
+}
