@@ -709,6 +709,8 @@ func TestMetricsExposeBuildSeries(t *testing.T) {
 		"cube_templatecenter_layer_cache_transcode_pending 1",
 		"cube_templatecenter_layer_cache_transcoded_total 3",
 		"cube_templatecenter_layer_cache_transcode_failures_total 1",
+		`cube_templatecenter_layer_cache_requests_total{result="hit"} 5`,
+		`cube_templatecenter_layer_cache_requests_total{result="miss"} 2`,
 		`cube_templatecenter_callback_attempts_total{kind="terminal",outcome="delivered"} 1`,
 		"go_goroutines", "process_resident_memory_bytes",
 	} {

@@ -70,7 +70,8 @@ func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.I
 
 // CacheStats makes the agent export the layer cache series.
 func (b *testBuilder) CacheStats() rootfs.CacheStats {
-	return rootfs.CacheStats{Bytes: 4096, Blobs: 2, ZstdBlobs: 1, TranscodePending: 1, Transcoded: 3, TranscodeFailures: 1}
+	return rootfs.CacheStats{Bytes: 4096, Blobs: 2, ZstdBlobs: 1, TranscodePending: 1, Transcoded: 3, TranscodeFailures: 1,
+		Hits: 5, Misses: 2}
 }
 
 func (b *testBuilder) LoadCA(ctx context.Context) (*rootfs.CA, error) {
