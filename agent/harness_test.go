@@ -240,7 +240,7 @@ func (h *harness) start() {
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
-		Database: h.database, LiveProgress: h.live,
+		Database: h.database, LiveProgress: h.live, BuildInfo: BuildInfo{Version: "v-test", Revision: "rev-test"},
 		Load: func() (*config.Config, error) {
 			return config.Load(func(k string) (string, bool) { v, ok := h.env[k]; return v, ok }, logger)
 		},

@@ -110,6 +110,8 @@ func fullMetrics(t *testing.T) *metrics {
 	m := a.metrics
 	m.phaseDuration.WithLabelValues("build").Observe(1)
 	m.observeCallback("delivered", true)
+	a.http.metrics.requests.WithLabelValues("POST /tc/api/v1/build", "POST", "200")
+	a.http.metrics.duration.WithLabelValues("POST /tc/api/v1/build")
 	a.objects.metrics.failures.WithLabelValues("upload")
 	a.objects.metrics.badRecords.WithLabelValues("mismatch")
 	m.reconcile.orphansKept.WithLabelValues(orphanYoung)

@@ -31,7 +31,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("POST /tc/api/v1/jobs/{id}/cancel", a.authorized(a.handleJobCancel))
 	mux.HandleFunc("GET /health", a.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
-	return mux
+	return a.http.wrap(mux)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -41,6 +41,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
+	noteReason(w, msg)
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
@@ -256,6 +257,7 @@ func (a *Agent) handleJobCancel(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrNotFound):
 		writeError(w, http.StatusNotFound, "job not found")
 	case errors.Is(err, spool.ErrFinished):
+		noteReason(w, "job already finished: "+string(j.State))
 		writeJSON(w, http.StatusConflict, map[string]string{"error": "job already finished: " + string(j.State),
 			"job_id": id, "state": string(j.State)})
 	case err != nil:
