@@ -129,6 +129,8 @@ func New(o Options) *Agent {
 	a.metrics = newMetrics(o.Spool, o.Logger)
 	a.http = newHTTPObserver(o.Logger)
 	a.metrics.register(append(a.http.metrics.collectors(), newBuildInfo(o.BuildInfo))...)
+	timings := newJobTimings()
+	a.metrics.register(timings.collectors()...)
 	a.metrics.register(newSpaceCollector(a.config, o.Logger))
 	if c, ok := o.Builder.(layerCache); ok {
 		a.metrics.register(newLayerCacheCollector(c))
@@ -166,7 +168,8 @@ func New(o Options) *Agent {
 		logger:          o.Logger,
 		metrics: execMetrics{running: a.metrics.running, phaseDuration: a.metrics.phaseDuration,
 			dedup: a.metrics.dedup, finished: a.metrics.finished, interrupted: a.metrics.interrupted,
-			cancelled: a.metrics.cancelled, timedOut: a.metrics.timedOut, replicaMetrics: a.metrics.replica},
+			cancelled: a.metrics.cancelled, timedOut: a.metrics.timedOut, replicaMetrics: a.metrics.replica,
+			jobTimings: timings},
 	})
 	return a
 }

@@ -697,8 +697,11 @@ func TestMetricsExposeBuildSeries(t *testing.T) {
 	for _, want := range []string{
 		"cube_templatecenter_jobs_accepted_total 1",
 		`cube_templatecenter_jobs_finished_total{result="built"} 1`,
-		`cube_templatecenter_build_phase_duration_seconds_count{phase="build"} 1`,
-		`cube_templatecenter_build_phase_duration_seconds_count{phase="resolve"} 1`,
+		`cube_templatecenter_build_phase_duration_seconds_count{phase="PULLING"} 1`,
+		`cube_templatecenter_build_phase_duration_seconds_count{phase="UNPACKING"} 1`,
+		`cube_templatecenter_build_phase_duration_seconds_count{phase="BUILDING_EXT4"} 1`,
+		"cube_templatecenter_jobs_queue_wait_seconds_count 1",
+		`cube_templatecenter_jobs_turnaround_seconds_count{result="built"} 1`,
 		"cube_templatecenter_queue_depth 0",
 		"cube_templatecenter_jobs_running 0",
 		"cube_templatecenter_spool_scrape_success 1",

@@ -66,6 +66,7 @@ type execMetrics struct {
 	cancelled     prometheus.Counter
 	timedOut      prometheus.Counter
 	replicaMetrics
+	jobTimings
 }
 
 // executorDeps are the executor's collaborators.
@@ -218,6 +219,7 @@ func (e *executor) start(ctx context.Context, job spool.Job) {
 	e.running[job.ID] = cancel
 	e.mu.Unlock()
 	e.metrics.running.Inc()
+	e.metrics.observeQueueWait(job)
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -268,6 +270,7 @@ func (e *executor) cancelJob(ctx context.Context, id string) (spool.Job, error) 
 		return j, fmt.Errorf("cancel job %s: %w", id, err)
 	}
 	e.metrics.finished.WithLabelValues(string(spool.StateFailed)).Inc()
+	e.metrics.observeTurnaround(spool.StateFailed, j.CreatedAt)
 	e.metrics.cancelled.Inc()
 	e.reporter.Wake()
 	e.mu.Lock()
@@ -306,6 +309,7 @@ type jobRun struct {
 
 	mu         sync.Mutex
 	phase      string
+	phaseSince time.Time
 	progress   int
 	pull       *rootfs.PullProgress
 	pullSent   *rootfs.PullProgress
@@ -368,12 +372,10 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	t := &r.build.Template
 
 	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
-	began := time.Now()
 	img, err := e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
 	if err != nil {
 		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
 	}
-	e.metrics.phaseDuration.WithLabelValues("resolve").Observe(time.Since(began).Seconds())
 
 	r.setPhase(ctx, api.PhaseUnpacking, api.ProgressUnpacking)
 	var ca *rootfs.CA
@@ -460,7 +462,6 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 		}
 		return nil, fmt.Errorf("build image: %w", err)
 	}
-	e.metrics.phaseDuration.WithLabelValues("build").Observe(time.Since(began).Seconds())
 	cfgJSON, err := json.Marshal(img.Config)
 	if err != nil {
 		return nil, fmt.Errorf("encode image config: %w", err)
@@ -623,6 +624,7 @@ func (e *executor) reusable(ctx context.Context, fp string, log *slog.Logger) (*
 // setPhase records a phase change and reports it.
 func (r *jobRun) setPhase(ctx context.Context, phase string, progress int) {
 	r.mu.Lock()
+	r.enterPhaseLocked(phase, time.Now())
 	r.phase, r.progress = phase, progress
 	r.mu.Unlock()
 	r.persistProgress(ctx, true)
@@ -781,6 +783,7 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 		return
 	}
 	e.metrics.finished.WithLabelValues(string(state)).Inc()
+	r.observeEnd(state)
 	e.reporter.Wake()
 	if state == spool.StateBuilt {
 		r.log.Info("build finished", "took", time.Since(r.job.StartedAt).Round(time.Millisecond))

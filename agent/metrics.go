@@ -60,7 +60,7 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 		}, []string{"result"}),
 		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "build", Name: "phase_duration_seconds",
-			Help:    "Time spent in each build phase.",
+			Help:    "Time a job spent in each phase its status reports name (PULLING: resolving the image; UNPACKING: CA, fingerprint, reuse checks and waiting for an identical build; BUILDING_EXT4: pulling layers, writing and publishing the image), for the phases it left and the last phase of a job that built.",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
 		}, []string{"phase"}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
@@ -108,7 +109,9 @@ func fullMetrics(t *testing.T) *metrics {
 	a := New(Options{Config: cfg, Spool: sp, Builder: &testBuilder{}, Logger: slog.New(slog.DiscardHandler),
 		Objects: objects, Database: db, LiveProgress: live})
 	m := a.metrics
-	m.phaseDuration.WithLabelValues("build").Observe(1)
+	m.phaseDuration.WithLabelValues(api.PhaseBuildingExt4).Observe(1)
+	a.exec.metrics.turnaround.WithLabelValues("built")
+
 	m.observeCallback("delivered", true)
 	a.http.metrics.requests.WithLabelValues("POST /tc/api/v1/build", "POST", "200")
 	a.http.metrics.duration.WithLabelValues("POST /tc/api/v1/build")
