@@ -200,6 +200,17 @@ func noteReason(w http.ResponseWriter, reason string) {
 	}
 }
 
+// serverWriter returns the server's own writer behind the recorder, for
+// http.MaxBytesReader: past its limit it tells the server to close the
+// connection rather than read the rest of the body, through a method the
+// recorder cannot forward.
+func serverWriter(w http.ResponseWriter) http.ResponseWriter {
+	if rec, ok := w.(*responseRecorder); ok {
+		return rec.ResponseWriter
+	}
+	return w
+}
+
 // rejectKey is what rejection lines are rate-limited by: both parts are
 // bounded (patterns, status codes), so the limiter's map is too.
 type rejectKey struct {

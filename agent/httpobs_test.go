@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 )
 
 // TestHTTPRequestsCountedAndRejectionsLogged: requests to a running agent
@@ -119,6 +122,30 @@ func TestRejectionLogRateLimited(t *testing.T) {
 	send("")
 	if got := lines(); strings.Contains(got[len(got)-1], "suppressed") {
 		t.Errorf("the count is given once: %q", got[len(got)-1])
+	}
+}
+
+// TestOversizedBodyClosesConnection: behind the observer a body over the
+// limit still makes the server close the connection (413 with Connection:
+// close) instead of reading the rest.
+func TestOversizedBodyClosesConnection(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Common.MaxBodyBytes = 1 << 10 })
+	h.start()
+	req, err := http.NewRequest(http.MethodPost, h.url+"/tc/api/v1/build", strings.NewReader(strings.Repeat("x", 64<<10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(api.TokenHeader, testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+		t.Errorf("oversized body: %d, connection close %v; want 413 and close", resp.StatusCode, resp.Close)
+	}
+	if !strings.Contains(h.logs.String(), "status=413 reason=\"request body exceeds 1024 bytes\"") {
+		t.Errorf("no rejection line for the 413:\n%s", h.logs.String())
 	}
 }
 

@@ -83,7 +83,7 @@ func (a *Agent) authorized(h http.HandlerFunc) http.Handler {
 // or 400 itself when it cannot.
 func (a *Agent) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	limit := int64(a.config().Common.MaxBodyBytes)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := io.ReadAll(http.MaxBytesReader(serverWriter(w), r.Body, limit))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):

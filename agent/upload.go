@@ -58,7 +58,7 @@ func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	if err := rc.SetWriteDeadline(deadline); err != nil {
 		a.logger.Warn("extend write deadline for upload", "err", err)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, int64(cfg.Common.MaxUploadBytes))
+	r.Body = http.MaxBytesReader(serverWriter(w), r.Body, int64(cfg.Common.MaxUploadBytes))
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
 		writeError(w, http.StatusBadRequest, "want a multipart/form-data body with fields artifact_id and file")
