@@ -2,7 +2,8 @@
 
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.Version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.Version=$(VERSION) -X main.Revision=$(REVISION)
 BIN     := bin/templatecenter
 
 # Debian packages the tests use: e2fsprogs (e2fsck, debugfs), systemd

@@ -42,6 +42,7 @@ type Agent struct {
 	logger           *slog.Logger
 	level            *slog.LevelVar
 	metrics          *metrics
+	http             *httpObserver
 	exec             *jobs.Executor
 	reporter         *report.Reporter
 	notify           Notifier
@@ -93,6 +94,8 @@ type Options struct {
 	// LiveProgress receives each job's pull progress for CubeMaster's
 	// Redis; nil sends none.
 	LiveProgress LiveProgress
+	// BuildInfo names the running binary in build_info.
+	BuildInfo BuildInfo
 }
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
@@ -126,6 +129,8 @@ func New(o Options) *Agent {
 	}
 	a.cfg.Store(o.Config)
 	a.metrics = newMetrics(o.Spool, o.Logger)
+	a.http = newHTTPObserver(o.Logger)
+	a.metrics.register(append(a.http.metrics.collectors(), newBuildInfo(o.BuildInfo))...)
 	a.metrics.register(newSpaceCollector(a.config, o.Logger))
 	if c, ok := o.Builder.(layerCache); ok {
 		a.metrics.register(newLayerCacheCollector(c))

@@ -294,6 +294,12 @@ func TestQueueFullAndFIFO(t *testing.T) {
 	if _, err := h.sp.Job(context.Background(), "q4"); !errors.Is(err, spool.ErrNotFound) {
 		t.Errorf("refused job is in the spool: %v", err)
 	}
+	// The refusal is logged once, by the request log, naming the job.
+	if n := strings.Count(h.logs.String(), "q4"); n != 1 {
+		t.Errorf("the refused job appears in %d log lines, want 1 (the rejected request):\n%s", n, h.logs.String())
+	} else if !strings.Contains(h.logs.String(), "job_id=q4 queue_size=2") {
+		t.Errorf("the rejection line lacks the job and the queue size:\n%s", h.logs.String())
+	}
 	close(release)
 	for _, id := range []string{"q1", "q2", "q3"} {
 		if cb := h.terminal(id); cb.Field("status") != "BUILT" {
@@ -697,8 +703,11 @@ func TestMetricsExposeBuildSeries(t *testing.T) {
 	for _, want := range []string{
 		"cube_templatecenter_jobs_accepted_total 1",
 		`cube_templatecenter_jobs_finished_total{result="built"} 1`,
-		`cube_templatecenter_build_phase_duration_seconds_count{phase="build"} 1`,
-		`cube_templatecenter_build_phase_duration_seconds_count{phase="resolve"} 1`,
+		`cube_templatecenter_build_phase_duration_seconds_count{phase="PULLING"} 1`,
+		`cube_templatecenter_build_phase_duration_seconds_count{phase="UNPACKING"} 1`,
+		`cube_templatecenter_build_phase_duration_seconds_count{phase="BUILDING_EXT4"} 1`,
+		"cube_templatecenter_jobs_queue_wait_seconds_count 1",
+		`cube_templatecenter_jobs_turnaround_seconds_count{result="built"} 1`,
 		"cube_templatecenter_queue_depth 0",
 		"cube_templatecenter_jobs_running 0",
 		"cube_templatecenter_spool_scrape_success 1",
@@ -709,6 +718,8 @@ func TestMetricsExposeBuildSeries(t *testing.T) {
 		"cube_templatecenter_layer_cache_transcode_pending 1",
 		"cube_templatecenter_layer_cache_transcoded_total 3",
 		"cube_templatecenter_layer_cache_transcode_failures_total 1",
+		`cube_templatecenter_layer_cache_requests_total{result="hit"} 5`,
+		`cube_templatecenter_layer_cache_requests_total{result="miss"} 2`,
 		`cube_templatecenter_callback_attempts_total{kind="terminal",outcome="delivered"} 1`,
 		"go_goroutines", "process_resident_memory_bytes",
 	} {

@@ -33,35 +33,32 @@ var _ Database = (*masterdb.DB)(nil)
 // configured: the row must exist and be PENDING or RUNNING (else 404), its
 // request snapshot must be the submitted request (else 400), and a
 // database that cannot be reached answers 503, which CubeMaster retries.
-// It returns the status and message to answer with, or 0 to go on.
-func (a *Agent) checkJobRow(ctx context.Context, b *api.Build) (int, string) {
+// It returns the status and message to answer with, or 0 to go on, and the
+// error behind a refusal, for the log line of the rejected request.
+func (a *Agent) checkJobRow(ctx context.Context, b *api.Build) (int, string, error) {
 	if a.db == nil {
-		return 0, ""
+		return 0, "", nil
 	}
 	log := a.logger.With("job_id", b.JobID)
 	row, err := a.db.JobForSubmit(ctx, b.JobID)
 	switch {
 	case errors.Is(err, masterdb.ErrJobNotFound):
-		log.Warn("build refused: no such job in CubeMaster's database")
-		return http.StatusNotFound, "build job not found"
+		return http.StatusNotFound, "build job not found", nil
 	case errors.Is(err, masterdb.ErrUnavailable):
-		log.Warn("build refused: CubeMaster's database is unavailable", "err", err)
-		return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later"
+		return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later", err
 	case err != nil:
 		log.Error("read job row", "err", err)
-		return http.StatusInternalServerError, "check job row: " + err.Error()
+		return http.StatusInternalServerError, "check job row: " + err.Error(), err
 	case !row.Buildable():
-		log.Warn("build refused: job is not buildable", "status", row.Status)
-		return http.StatusNotFound, fmt.Sprintf("build job not buildable: status is %q", row.Status)
+		return http.StatusNotFound, fmt.Sprintf("build job not buildable: status is %q", row.Status), nil
 	}
 	same, err := row.MatchesRequest(b.Request)
 	switch {
 	case err != nil:
 		log.Error("compare request with the job's snapshot", "err", err)
-		return http.StatusInternalServerError, "check job row: " + err.Error()
+		return http.StatusInternalServerError, "check job row: " + err.Error(), err
 	case !same:
-		log.Warn("build refused: request does not match the job's stored request")
-		return http.StatusBadRequest, "request does not match the job's stored request"
+		return http.StatusBadRequest, "request does not match the job's stored request", nil
 	}
-	return 0, ""
+	return 0, "", nil
 }

@@ -73,7 +73,8 @@ func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.I
 
 // CacheStats makes the agent export the layer cache series.
 func (b *testBuilder) CacheStats() rootfs.CacheStats {
-	return rootfs.CacheStats{Bytes: 4096, Blobs: 2, ZstdBlobs: 1, TranscodePending: 1, Transcoded: 3, TranscodeFailures: 1}
+	return rootfs.CacheStats{Bytes: 4096, Blobs: 2, ZstdBlobs: 1, TranscodePending: 1, Transcoded: 3, TranscodeFailures: 1,
+		Hits: 5, Misses: 2}
 }
 
 func (b *testBuilder) LoadCA(ctx context.Context) (*rootfs.CA, error) {
@@ -242,7 +243,7 @@ func (h *harness) start() {
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
-		Database: h.database, LiveProgress: h.live,
+		Database: h.database, LiveProgress: h.live, BuildInfo: BuildInfo{Version: "v-test", Revision: "rev-test"},
 		Load: func() (*config.Config, error) {
 			return config.Load(func(k string) (string, bool) { v, ok := h.env[k]; return v, ok }, logger)
 		},

@@ -169,6 +169,8 @@ type layerCacheCollector struct {
 	cache                            layerCache
 	bytes, blobs, zstdBlobs, pending *prometheus.Desc
 	transcoded, transcodeFailures    *prometheus.Desc
+	// requests has a result label: hit or miss.
+	requests *prometheus.Desc
 }
 
 func newLayerCacheCollector(c layerCache) *layerCacheCollector {
@@ -183,12 +185,15 @@ func newLayerCacheCollector(c layerCache) *layerCacheCollector {
 		pending:           d("transcode_pending", "Cached layers queued for or being re-encoded as zstd."),
 		transcoded:        d("transcoded_total", "Cached layers re-encoded as zstd."),
 		transcodeFailures: d("transcode_failures_total", "Cached layers that could not be re-encoded and stay as served."),
+		requests: prometheus.NewDesc(prometheus.BuildFQName(namespace, "layer_cache", "requests_total"),
+			"Layers builds asked the cache for, by result: hit (served from the cache, not fetched) or miss (fetched from the registry, or from another build's fetch of it in flight).",
+			[]string{"result"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *layerCacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.blobs, c.zstdBlobs, c.pending, c.transcoded, c.transcodeFailures} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.blobs, c.zstdBlobs, c.pending, c.transcoded, c.transcodeFailures, c.requests} {
 		ch <- d
 	}
 }
@@ -202,4 +207,6 @@ func (c *layerCacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(st.TranscodePending))
 	ch <- prometheus.MustNewConstMetric(c.transcoded, prometheus.CounterValue, float64(st.Transcoded))
 	ch <- prometheus.MustNewConstMetric(c.transcodeFailures, prometheus.CounterValue, float64(st.TranscodeFailures))
+	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(st.Hits), "hit")
+	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(st.Misses), "miss")
 }

@@ -109,6 +109,8 @@ func fullMetrics(t *testing.T) *metrics {
 		Objects: objects, Database: db, LiveProgress: live})
 	m := a.metrics
 	m.observeCallback("delivered", true)
+	a.http.metrics.requests.WithLabelValues("POST /tc/api/v1/build", "POST", "200")
+	a.http.metrics.duration.WithLabelValues("POST /tc/api/v1/build")
 	return m
 }
 

@@ -32,7 +32,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("POST /tc/api/v1/jobs/{id}/cancel", a.authorized(a.handleJobCancel))
 	mux.HandleFunc("GET /health", a.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
-	return mux
+	return a.http.wrap(mux)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -42,6 +42,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
+	noteReason(w, msg)
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
@@ -83,7 +84,7 @@ func (a *Agent) authorized(h http.HandlerFunc) http.Handler {
 // or 400 itself when it cannot.
 func (a *Agent) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	limit := int64(a.config().Common.MaxBodyBytes)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := io.ReadAll(http.MaxBytesReader(serverWriter(w), r.Body, limit))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -116,7 +117,11 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request.source_image_ref: "+err.Error())
 		return
 	}
-	if status, msg := a.checkJobRow(r.Context(), b); status != 0 {
+	noteAttrs(w, "job_id", b.JobID)
+	if status, msg, cause := a.checkJobRow(r.Context(), b); status != 0 {
+		if cause != nil {
+			noteAttrs(w, "err", cause)
+		}
 		writeError(w, status, msg)
 		return
 	}
@@ -124,7 +129,6 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	// Refuse before trying rather than fail the commit: a 503 is retried
 	// by CubeMaster, a 500 is final.
 	if err := volumeNamed(a.config(), "spool").roomFor(0); err != nil {
-		log.Warn("spool volume below its reserve, refusing job", "err", err)
 		writeRetryLater(w, http.StatusServiceUnavailable, "cannot accept jobs: "+err.Error())
 		return
 	}
@@ -152,7 +156,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrJobExists):
 		writeError(w, http.StatusConflict, "build job already in flight")
 	case errors.Is(err, spool.ErrQueueFull):
-		log.Warn("build queue is full, refusing job", "queue_size", a.config().Build.QueueSize)
+		noteAttrs(w, "queue_size", a.config().Build.QueueSize)
 		writeError(w, http.StatusTooManyRequests, "build queue is full")
 	case errors.Is(err, spool.ErrCannotWrite):
 		log.Error("commit job: spool storage refuses writes", "err", err)
@@ -262,6 +266,7 @@ func (a *Agent) handleJobCancel(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrNotFound):
 		writeError(w, http.StatusNotFound, "job not found")
 	case errors.Is(err, spool.ErrFinished):
+		noteReason(w, "job already finished: "+string(j.State))
 		writeJSON(w, http.StatusConflict, map[string]string{"error": "job already finished: " + string(j.State),
 			"job_id": id, "state": string(j.State)})
 	case err != nil:

@@ -45,7 +45,7 @@ func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	// Refuse before reading a byte when the store is below its reserve,
 	// or the body would take it there.
 	if err := volumeNamed(cfg, "store").roomFor(max(r.ContentLength, 0)); err != nil {
-		a.logger.Warn("upload refused: store short of space", "err", err, "content_length", r.ContentLength)
+		noteAttrs(w, "content_length", r.ContentLength)
 		writeRetryLater(w, http.StatusInsufficientStorage, "upload of "+strconv.FormatInt(r.ContentLength, 10)+" bytes refused: "+err.Error())
 		return
 	}
@@ -59,7 +59,7 @@ func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	if err := rc.SetWriteDeadline(deadline); err != nil {
 		a.logger.Warn("extend write deadline for upload", "err", err)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, int64(cfg.Common.MaxUploadBytes))
+	r.Body = http.MaxBytesReader(serverWriter(w), r.Body, int64(cfg.Common.MaxUploadBytes))
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
 		writeError(w, http.StatusBadRequest, "want a multipart/form-data body with fields artifact_id and file")
@@ -177,7 +177,7 @@ func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id strin
 			return
 		}
 		if errors.Is(err, errBelowReserve) || errors.Is(err, syscall.ENOSPC) {
-			a.logger.Warn("upload stopped: store short of space", "artifact_id", id, "written", guard.written, "err", err)
+			noteAttrs(w, "artifact_id", id, "written", guard.written)
 			writeRetryLater(w, http.StatusInsufficientStorage, "store upload: "+err.Error())
 			return
 		}

@@ -79,7 +79,8 @@ func (b *Builder) Close() error { return b.puller.Close() }
 func (b *Builder) CacheStats() CacheStats {
 	st := b.puller.CacheStats()
 	return CacheStats{Bytes: st.Bytes, Blobs: st.Blobs, ZstdBlobs: st.ZstdBlobs,
-		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures}
+		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures,
+		Hits: st.Hits, Misses: st.Misses}
 }
 
 // Resolve reads the image's manifest and configuration.

@@ -23,6 +23,10 @@ type CacheStats struct {
 	TranscodePending  int
 	Transcoded        int64
 	TranscodeFailures int64
+	// Hits counts the layers served from the cache since NewBuilder,
+	// without fetching them; Misses those fetched from their source (or
+	// from another fetch of it in flight).
+	Hits, Misses int64
 }
 
 // ImageRef is a validated image reference.

@@ -246,6 +246,7 @@ func (e *Executor) start(ctx context.Context, job spool.Job) {
 	e.running[job.ID] = cancel
 	e.mu.Unlock()
 	e.metrics.running.Inc()
+	e.metrics.observeQueueWait(job)
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -296,6 +297,7 @@ func (e *Executor) Cancel(ctx context.Context, id string) (spool.Job, error) {
 		return j, fmt.Errorf("cancel job %s: %w", id, err)
 	}
 	e.metrics.finished.WithLabelValues(string(spool.StateFailed)).Inc()
+	e.metrics.observeTurnaround(spool.StateFailed, j.CreatedAt)
 	e.metrics.cancelled.Inc()
 	e.reporter.Wake()
 	e.mu.Lock()

@@ -27,6 +27,7 @@ type jobRun struct {
 
 	mu         sync.Mutex
 	phase      string
+	phaseSince time.Time
 	progress   int
 	pull       *rootfs.PullProgress
 	pullSent   *rootfs.PullProgress
@@ -89,12 +90,10 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	t := &r.build.Template
 
 	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
-	began := time.Now()
 	img, err := e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
 	if err != nil {
 		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
 	}
-	e.metrics.phaseDuration.WithLabelValues(phaseResolve).Observe(time.Since(began).Seconds())
 
 	r.setPhase(ctx, api.PhaseUnpacking, api.ProgressUnpacking)
 	var ca *rootfs.CA
@@ -181,7 +180,6 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 		}
 		return nil, fmt.Errorf("build image: %w", err)
 	}
-	e.metrics.phaseDuration.WithLabelValues(phaseBuild).Observe(time.Since(began).Seconds())
 	built, err := e.artifacts.Record(context.WithoutCancel(ctx), img, ca, fp, art)
 	if err != nil {
 		return nil, err
@@ -216,6 +214,7 @@ func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Buil
 // setPhase records a phase change and reports it.
 func (r *jobRun) setPhase(ctx context.Context, phase string, progress int) {
 	r.mu.Lock()
+	r.enterPhaseLocked(phase, time.Now())
 	r.phase, r.progress = phase, progress
 	r.mu.Unlock()
 	r.persistProgress(ctx, true)
@@ -374,6 +373,7 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 		return
 	}
 	e.metrics.finished.WithLabelValues(string(state)).Inc()
+	r.observeEnd(state)
 	e.reporter.Wake()
 	if state == spool.StateBuilt {
 		r.log.Info("build finished", "took", time.Since(r.job.StartedAt).Round(time.Millisecond))

@@ -1,11 +1,8 @@
 package jobs
 
-import "github.com/prometheus/client_golang/prometheus"
-
-// Steps timed by build_phase_duration_seconds, its phase label.
-const (
-	phaseResolve = "resolve"
-	phaseBuild   = "build"
+import (
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are the series of the executor: jobs and their phases, and,
@@ -24,17 +21,20 @@ type metrics struct {
 	lockLosses      prometheus.Counter
 	lockUnavailable prometheus.Counter
 	publishLockLost prometheus.Counter
+
+	jobTimings
 }
 
 func newMetrics() metrics {
 	m := metrics{
+		jobTimings: newJobTimings(),
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: "jobs", Name: "finished_total",
 			Help: "Build jobs that reached a terminal state, by result (built, failed).",
 		}, []string{"result"}),
 		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: "build", Name: "phase_duration_seconds",
-			Help:    "Time spent in each build phase.",
+			Help:    "Time a job spent in each phase its status reports name (PULLING: resolving the image; UNPACKING: CA, fingerprint, reuse checks and waiting for an identical build; BUILDING_EXT4: pulling layers, writing and publishing the image), for the phases it left and the last phase of a job that built.",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800},
 		}, []string{"phase"}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -85,8 +85,11 @@ func newMetrics() metrics {
 	for _, k := range []string{"reuse", "inflight"} {
 		m.dedup.WithLabelValues(k)
 	}
-	for _, p := range []string{phaseResolve, phaseBuild} {
+	for _, p := range []string{api.PhasePulling, api.PhaseUnpacking, api.PhaseBuildingExt4} {
 		m.phaseDuration.WithLabelValues(p)
+	}
+	for _, r := range []string{"built", "failed"} {
+		m.turnaround.WithLabelValues(r)
 	}
 	return m
 }
@@ -94,7 +97,8 @@ func newMetrics() metrics {
 // register registers the job series, and the replica series when builds
 // are shared with other replicas.
 func (m metrics) register(reg prometheus.Registerer, replicas bool) {
-	reg.MustRegister(m.running, m.phaseDuration, m.dedup, m.finished, m.interrupted, m.cancelled, m.timedOut)
+	reg.MustRegister(m.running, m.phaseDuration, m.dedup, m.finished, m.interrupted, m.cancelled, m.timedOut,
+		m.queueWait, m.turnaround)
 	if replicas {
 		reg.MustRegister(m.lockWaits, m.lockWaitSeconds, m.lockLosses, m.lockUnavailable, m.publishLockLost)
 	}

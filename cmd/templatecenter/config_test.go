@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -118,7 +119,10 @@ func TestConfigUnknownKeyWarns(t *testing.T) {
 }
 
 // TestLogTimestamps: under journald (JOURNAL_STREAM set) log lines carry no
-// time attribute, since the journal stamps them; elsewhere every line does.
+// time attribute, since the journal stamps them, and start with their
+// sd-daemon priority (<4> for a warning); elsewhere every line has a time
+// and no prefix. The configuration's own warnings, logged before the
+// logger exists, come out in the configured format like every other line.
 func TestLogTimestamps(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -136,11 +140,10 @@ func TestLogTimestamps(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, "", testToken)
 			h.set("log.format", tc.format)
-			if tc.format == "text" {
-				// An unknown key is reported by the boot logger, before the
-				// configured one exists: its lines must follow the rule too.
-				h.set("log.colour", "always")
-			}
+			// An unknown key is reported while the configuration is read,
+			// before the configured logger exists: its line must follow
+			// the rules too.
+			h.set("log.colour", "always")
 			var env []string
 			if tc.journal {
 				env = append(env, "JOURNAL_STREAM=8:424242")
@@ -148,10 +151,12 @@ func TestLogTimestamps(t *testing.T) {
 			p := h.startAgent("agent", env...)
 			p.stop(t)
 			out := p.out.String()
-			if tc.format == "text" {
-				if _, ok := findLine(out, "unknown key", "log.colour"); !ok {
-					t.Errorf("no boot-time warning about log.colour in:\n%s", out)
-				}
+			warning, ok := findLine(out, "unknown key", "log.colour")
+			if !ok {
+				t.Errorf("no boot-time warning about log.colour in:\n%s", out)
+			}
+			if tc.journal && !strings.HasPrefix(warning, "<4>") {
+				t.Errorf("boot-time warning does not carry the warning priority <4>: %s", warning)
 			}
 			lines := 0
 			for line := range strings.Lines(out) {
@@ -160,6 +165,14 @@ func TestLogTimestamps(t *testing.T) {
 					continue
 				}
 				lines++
+				prefix := journalPriority.FindString(line)
+				switch {
+				case tc.journal && prefix == "":
+					t.Errorf("line has no sd-daemon priority under journald: %s", line)
+				case !tc.journal && prefix != "":
+					t.Errorf("line has a priority prefix outside journald: %s", line)
+				}
+				line = strings.TrimPrefix(line, prefix)
 				stamp, hasTime := lineTime(t, tc.format, line)
 				switch {
 				case tc.journal && hasTime:
@@ -178,6 +191,9 @@ func TestLogTimestamps(t *testing.T) {
 		})
 	}
 }
+
+// journalPriority matches the sd-daemon(3) priority prefix of a line.
+var journalPriority = regexp.MustCompile(`^<[0-7]>`)
 
 // lineTime returns a log line's time attribute and whether it has one.
 func lineTime(t testing.TB, format, line string) (string, bool) {

@@ -9,10 +9,31 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
 var Version = "dev"
+
+// Revision is the VCS commit, set at build time with -ldflags
+// "-X main.Revision=..."; when unset, revision reads the one the go
+// command stamped into the binary.
+var Revision = ""
+
+// revision returns the commit the binary was built from, "" when unknown.
+func revision() string {
+	if Revision != "" {
+		return Revision
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return ""
+}
 
 // errUsage marks a command-line mistake: exit code 2.
 var errUsage = errors.New("usage")

@@ -22,37 +22,25 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
-// newLogger builds the process logger: plain key=value lines, without
-// timestamps when journald (JOURNAL_STREAM) adds its own.
-func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
-	underJournal := os.Getenv("JOURNAL_STREAM") != ""
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-		if underJournal && len(groups) == 0 && a.Key == slog.TimeKey {
-			return slog.Attr{}
-		}
-		return a
-	}}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) > 0 {
 		return fmt.Errorf("%w: serve takes no arguments (configure with %s)", errUsage, config.PathEnv)
 	}
 	level := new(slog.LevelVar)
-	boot := newLogger(stderr, "text", level)
-	cfg, err := config.Load(os.LookupEnv, boot)
+	// The configuration's warnings are held until it says which format
+	// to write them in.
+	var held heldRecords
+	cfg, err := config.Load(os.LookupEnv, held.logger())
 	if err != nil {
+		held.replay(ctx, newLogger(stderr, "text", level).Handler())
 		return fmt.Errorf("load configuration: %w", err)
 	}
 	lv, _ := config.ParseLevel(cfg.Log.Level)
 	level.Set(lv)
 	logger := newLogger(stderr, cfg.Log.Format, level)
+	held.replay(ctx, logger.Handler())
 	gz, whyNotISAL := gzipInflater(os.Getenv)
-	start := []any{"version", Version, "pid", os.Getpid(), "gzip_inflate", gz.Backend()}
+	start := []any{"version", Version, "revision", revision(), "pid", os.Getpid(), "gzip_inflate", gz.Backend()}
 	if why := whyNotISAL; why != "" {
 		start = append(start, "gzip_inflate_reason", why) // why not ISA-L
 	}
@@ -95,7 +83,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	load := func() (*config.Config, error) { return config.Load(os.LookupEnv, logger) }
 	opts := agent.Options{Config: cfg, Load: load, Spool: sp, Builder: builder, Objects: objects,
-		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog}
+		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog,
+		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}}
 	db, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open CubeMaster's database (instance_db_config): %w", err)

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +53,9 @@ type Cache struct {
 	// once users drops to zero.
 	users     int
 	usersIdle chan struct{}
+	// hits and misses count the Acquire calls that succeeded, by whether
+	// they found the blob on disk (Stats).
+	hits, misses atomic.Int64
 }
 
 // cacheEntry is one blob, keyed by the hex of its digest as served.
@@ -320,12 +324,16 @@ type Stats struct {
 	// TranscodePaused tells that the transcoder waits for builds to
 	// release the cache.
 	TranscodePaused bool
+	// Hits counts the Acquire calls since Open served by a file already in
+	// the cache; Misses those that downloaded the blob or waited for
+	// another Acquire's download of it. Failed calls count in neither.
+	Hits, Misses int64
 }
 
 // Stats returns the cache's sizes, pins and transcoder counts.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	st := Stats{Bytes: c.total, Blobs: len(c.entries)}
+	st := Stats{Bytes: c.total, Blobs: len(c.entries), Hits: c.hits.Load(), Misses: c.misses.Load()}
 	for _, e := range c.entries {
 		if e.zhex != "" {
 			st.ZstdBlobs++
@@ -365,6 +373,9 @@ func (c *Cache) Acquire(ctx context.Context, hexDigest string, size int64, sourc
 		}
 	}()
 	retried := false
+	// waited tells that the blob came from another call's download: a miss
+	// for this one too, though it downloaded nothing.
+	waited := false
 	for {
 		c.mu.Lock()
 		e := c.entries[hexDigest]
@@ -377,10 +388,12 @@ func (c *Cache) Acquire(ctx context.Context, hexDigest string, size int64, sourc
 			e.lastUse = time.Now()
 			c.mu.Unlock()
 			c.touch(hexDigest)
+			c.count(!waited)
 			return true, nil
 		}
 		if f := c.flights[hexDigest]; f != nil {
 			c.mu.Unlock()
+			waited = true
 			var werr error
 			select {
 			case <-f.done:
@@ -424,7 +437,19 @@ func (c *Cache) Acquire(ctx context.Context, hexDigest string, size int64, sourc
 		if err == nil && fromCache {
 			c.touch(hexDigest)
 		}
+		if err == nil {
+			c.count(fromCache && !waited)
+		}
 		return fromCache, err
+	}
+}
+
+// count records a successful Acquire as a hit or a miss.
+func (c *Cache) count(hit bool) {
+	if hit {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
 	}
 }
 

@@ -292,13 +292,18 @@ type CacheStats struct {
 	TranscodePending  int
 	Transcoded        int64
 	TranscodeFailures int64
+	// Hits counts the layers served from the cache since New, Misses
+	// those fetched from their source (or from another fetch of it in
+	// flight).
+	Hits, Misses int64
 }
 
 // CacheStats returns the state of the layer cache and its transcoder.
 func (p *Puller) CacheStats() CacheStats {
 	st := p.cache.Stats()
 	return CacheStats{Bytes: st.Bytes, Blobs: st.Blobs, ZstdBlobs: st.ZstdBlobs,
-		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures}
+		TranscodePending: st.TranscodePending, Transcoded: st.Transcoded, TranscodeFailures: st.TranscodeFailures,
+		Hits: st.Hits, Misses: st.Misses}
 }
 
 func parseMirror(m string) (mirror, error) {
