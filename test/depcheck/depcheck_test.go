@@ -24,7 +24,7 @@ type rule struct {
 // rules is the architecture. A package with no rule fails the test, so a
 // new package is placed in the graph on purpose.
 var rules = []rule{
-	{"cmd/templatecenter", []string{"agent", "agent/api", "agent/config", "agent/blobstore", "agent/masterdb", "agent/liveprogress",
+	{"cmd/templatecenter", []string{"agent", "agent/api", "agent/config", "agent/blobstore", "agent/masterdb", "agent/liveprogress", "agent/tracing",
 		"spool", "rootfs", "rootfs/inspect", "rootfs/layercodec"}},
 	{"cmd/tcdemo", []string{"test/..."}},
 	{"agent", []string{"agent/...", "spool", "rootfs"}},
@@ -39,7 +39,10 @@ var rules = []rule{
 	// So does the publisher of live pull progress to CubeMaster's Redis,
 	// which shares the wire contract's progress type.
 	{"agent/liveprogress", []string{"agent/api"}},
-	{"agent/report", []string{"agent/api", "spool"}},
+	// The reporter continues each job's stored trace context.
+	{"agent/report", []string{"agent/api", "agent/tracing", "spool"}},
+	// Tracing knows only OpenTelemetry and the W3C headers.
+	{"agent/tracing", nil},
 	{"spool", nil},
 	{"rootfs", []string{"rootfs/..."}},
 	{"rootfs/...", []string{"rootfs/..."}},
