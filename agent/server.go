@@ -133,7 +133,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	// With credentials in the request the spool scrubs its WAL when the
 	// job ends; without, it spares the job that checkpoint.
 	secret := b.Template.RegistryUsername != "" || b.Template.RegistryPassword != ""
-	job, err := a.spool.Enqueue(ctx, b.JobID, body, secret, a.config().Build.QueueSize)
+	job, err := a.spool.Enqueue(ctx, spool.NewJob{ID: b.JobID, Request: body, Secret: secret}, a.config().Build.QueueSize)
 	switch {
 	case errors.Is(err, spool.ErrJobExists) && job.State.Terminal():
 		if err := a.spool.Resend(ctx, b.JobID); err != nil {

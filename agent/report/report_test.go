@@ -67,7 +67,7 @@ func TestDeliveryOrderPerJobUnderFailures(t *testing.T) {
 		return 0
 	})
 	for _, job := range []string{"slow", "fast"} {
-		if _, err := sp.Enqueue(ctx, job, []byte("{}"), false, 10); err != nil {
+		if _, err := sp.Enqueue(ctx, spool.NewJob{ID: job, Request: []byte("{}")}, 10); err != nil {
 			t.Fatal(err)
 		}
 		for i, kind := range []string{spool.KindStatus, spool.KindFingerprint, spool.KindPull} {
@@ -122,7 +122,7 @@ func TestProgressReportsGiveUpTerminalNever(t *testing.T) {
 	master, _ := cubemaster.Start("")
 	defer master.Stop()
 	master.Respond(func(string, map[string]any) int { return http.StatusServiceUnavailable })
-	sp.Enqueue(ctx, "j", []byte("{}"), false, 10)
+	sp.Enqueue(ctx, spool.NewJob{ID: "j", Request: []byte("{}")}, 10)
 	sp.AddReport(ctx, "j", spool.Report{Kind: spool.KindStatus, Body: []byte(`{"status":"RUNNING"}`)})
 	sp.Finish(ctx, "j", spool.StateFailed, "PULLING", "x", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"FAILED"}`)})
 	r := New(sp, func() Settings {
@@ -163,7 +163,7 @@ func TestRedirectIsNeverFollowed(t *testing.T) {
 		http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
 	}))
 	defer redirector.Close()
-	sp.Enqueue(ctx, "j", []byte("{}"), false, 10)
+	sp.Enqueue(ctx, spool.NewJob{ID: "j", Request: []byte("{}")}, 10)
 	sp.Finish(ctx, "j", spool.StateBuilt, "READY", "", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"BUILT"}`)})
 	var retries int
 	r := New(sp, func() Settings {
@@ -218,7 +218,7 @@ func TestSlowAnswerHoldsUpNoOtherJob(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	for _, job := range []string{"slow", "fast"} {
-		if _, err := sp.Enqueue(ctx, job, []byte("{}"), false, 10); err != nil {
+		if _, err := sp.Enqueue(ctx, spool.NewJob{ID: job, Request: []byte("{}")}, 10); err != nil {
 			t.Fatal(err)
 		}
 		for i, kind := range []string{spool.KindStatus, spool.KindFingerprint, spool.KindPull} {
@@ -297,7 +297,7 @@ func fullSpool(t *testing.T) (*spool.Spool, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	if _, err := sp.Enqueue(ctx, "j", []byte("{}"), false, 10); err != nil {
+	if _, err := sp.Enqueue(ctx, spool.NewJob{ID: "j", Request: []byte("{}")}, 10); err != nil {
 		t.Fatal(err)
 	}
 	if err := sp.Finish(ctx, "j", spool.StateBuilt, "READY", "", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"BUILT"}`)}); err != nil {
