@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
@@ -37,6 +38,7 @@ type Agent struct {
 	logger           *slog.Logger
 	level            *slog.LevelVar
 	metrics          *metrics
+	tracer           trace.Tracer
 	exec             *executor
 	reporter         *report.Reporter
 	notify           Notifier
@@ -92,6 +94,10 @@ type Options struct {
 	// LiveProgress receives each job's pull progress for CubeMaster's
 	// Redis; nil sends none.
 	LiveProgress LiveProgress
+	// TracerProvider makes the spans of builds and callbacks (set up by
+	// main from OTEL_*); nil makes none, and callbacks carry the trace
+	// context CubeMaster sent with the build.
+	TracerProvider trace.TracerProvider
 }
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
@@ -112,6 +118,7 @@ func New(o Options) *Agent {
 		watchdogInterval: o.Watchdog,
 		abort:            make(chan struct{}),
 		purgeEvery:       defaultPurgeEvery,
+		tracer:           tracerOf(o.TracerProvider),
 	}
 	if a.level == nil {
 		a.level = new(slog.LevelVar)
@@ -128,7 +135,7 @@ func New(o Options) *Agent {
 	if c, ok := o.Builder.(layerCache); ok {
 		a.metrics.register(newLayerCacheCollector(c))
 	}
-	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback)
+	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback, o.TracerProvider)
 	if o.Objects != nil {
 		as := o.Config.ArtifactStore
 		a.objects = &objectPublisher{store: o.Objects, prefix: as.S3.Prefix, presignTTL: as.PresignTTL,
@@ -142,6 +149,9 @@ func New(o Options) *Agent {
 		a.metrics.register(a.objects.metrics.collectors()...)
 	}
 	if c, ok := o.LiveProgress.(interface{ Collectors() []prometheus.Collector }); ok {
+		a.metrics.register(c.Collectors()...)
+	}
+	if c, ok := o.TracerProvider.(interface{ Collectors() []prometheus.Collector }); ok {
 		a.metrics.register(c.Collectors()...)
 	}
 	if o.Database != nil {
@@ -159,6 +169,7 @@ func New(o Options) *Agent {
 		reporter:        a.reporter,
 		settings:        func() config.Build { return a.config().Build },
 		logger:          o.Logger,
+		tracer:          a.tracer,
 		metrics: execMetrics{running: a.metrics.running, phaseDuration: a.metrics.phaseDuration,
 			dedup: a.metrics.dedup, finished: a.metrics.finished, interrupted: a.metrics.interrupted,
 			cancelled: a.metrics.cancelled, timedOut: a.metrics.timedOut, replicaMetrics: a.metrics.replica},

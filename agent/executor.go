@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
@@ -79,6 +80,8 @@ type executorDeps struct {
 	settings func() config.Build
 	logger   *slog.Logger
 	metrics  execMetrics
+	// tracer starts each run's span; the phases' spans are its children.
+	tracer trace.Tracer
 	// objects keeps the durable copy in the blob store; nil for none.
 	objects *objectPublisher
 	// shared is CubeMaster's database, through which replicas share
@@ -330,6 +333,8 @@ func (e *executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.
 	r.build = b
 	r.log = r.log.With("image", b.Template.SourceImageRef)
 	r.log.Info("build started")
+	ctx, span := r.startBuild(ctx)
+	defer span.End()
 
 	if e.live != nil {
 		// However the job ends (or is requeued), its live progress goes:
@@ -340,6 +345,7 @@ func (e *executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); r.heartbeat(hbCtx) }()
 	built, phase, err := r.execute(ctx)
+	endBuild(span, built, err)
 	stopHeartbeat()
 	<-hbDone
 	var timeout buildTimeout
@@ -369,7 +375,9 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 
 	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
 	began := time.Now()
-	img, err := e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
+	img, err := traced(ctx, spanPrepareSource, func(ctx context.Context) (*rootfs.Image, error) {
+		return e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
+	})
 	if err != nil {
 		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
 	}
@@ -406,7 +414,8 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 			e.wg.Add(1)
 			go func() {
 				defer e.wg.Done()
-				built, reused, err := r.produce(fl.ctx, img, ca, fp, artifactID)
+				// The flight's build is traced under the run that leads it.
+				built, reused, err := r.produce(trace.ContextWithSpan(fl.ctx, trace.SpanFromContext(ctx)), img, ca, fp, artifactID)
 				var timeout buildTimeout
 				if err != nil && errors.As(context.Cause(fl.ctx), &timeout) {
 					// Whichever step it stopped in (image, upload).
@@ -426,6 +435,7 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 		case <-fl.done:
 		}
 		if fl.err == nil {
+			markReused(ctx, !leader || fl.reused)
 			switch {
 			case !leader:
 				e.metrics.dedup.WithLabelValues("inflight").Inc()
@@ -452,8 +462,10 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
 	e := r.e
 	began := time.Now()
-	art, err := e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
-		Envd: r.build.EnvdData, CA: ca}, r.onProgress)
+	art, err := traced(ctx, spanRootfs, func(ctx context.Context) (*rootfs.Artifact, error) {
+		return e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
+			Envd: r.build.EnvdData, CA: ca}, r.onProgress)
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errStopping
@@ -505,9 +517,11 @@ func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Buil
 		r.setPhase(ctx, api.PhaseBuildingExt4, progressUploadStart)
 	}
 	r.onProgress(rootfs.Progress{Percent: progressUploadStart})
-	out, err := e.objects.ensure(ctx, built, func(share float64) {
+	pctx, endPublish := publishSpan(ctx)
+	out, err := e.objects.ensure(pctx, built, func(share float64) {
 		r.onProgress(rootfs.Progress{Percent: progressUploadStart + int(share*(progressUploadEnd-progressUploadStart))})
 	})
+	endPublish(out, err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errStopping
@@ -769,7 +783,9 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 		r.log.Error("record job result", "err", err)
 		return
 	}
-	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: body}); err != nil {
+	tc := callbackContext(ctx, r.job.ID, state)
+	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: body,
+		TraceParent: tc.Traceparent, TraceState: tc.Tracestate}); err != nil {
 		if errors.Is(err, spool.ErrFinished) {
 			// A cancel ended the job first; its report stands.
 			r.log.Info("job ended before its build did; result not recorded", "state", state)

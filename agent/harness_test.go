@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
@@ -152,6 +154,8 @@ type harness struct {
 	database Database
 	// live receives pull progress, when set.
 	live LiveProgress
+	// tracer makes the agent's spans, when set.
+	tracer trace.TracerProvider
 
 	notesMu sync.Mutex
 	notes   []string
@@ -239,7 +243,7 @@ func (h *harness) start() {
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
-		Database: h.database, LiveProgress: h.live,
+		Database: h.database, LiveProgress: h.live, TracerProvider: h.tracer,
 		Load: func() (*config.Config, error) {
 			return config.Load(func(k string) (string, bool) { v, ok := h.env[k]; return v, ok }, logger)
 		},

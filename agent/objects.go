@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
@@ -138,7 +139,9 @@ func (p *objectPublisher) ensure(ctx context.Context, built *api.Built, progress
 	if _, err := os.Stat(built.Ext4Path); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("artifact %s: %w", built.ArtifactID, errObjectMissing)
 	}
-	info, err = p.upload(ctx, key, built, progress)
+	info, err = traced(ctx, spanUpload, func(ctx context.Context) (blobstore.Info, error) {
+		return p.upload(ctx, key, built, progress)
+	}, attribute.String(attrStorageBackend, p.store.Backend()))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

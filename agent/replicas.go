@@ -143,7 +143,9 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 	e := r.e
 	var lock *masterdb.Lock
 	if e.shared != nil {
-		lock, built, err = r.buildLock(ctx, fp)
+		lctx, endWait := lockWaitSpan(ctx)
+		lock, built, err = r.buildLock(lctx, fp)
+		endWait(built, err)
 		switch {
 		case err != nil:
 			return nil, false, err
@@ -159,16 +161,23 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 				}
 			}()
 		}
-		if built, ok := e.reuseFromRow(ctx, fp, r.log); ok {
+		rctx, endReuse := reuseSpan(ctx, "row")
+		built, ok := e.reuseFromRow(rctx, fp, r.log)
+		endReuse(ok, nil)
+		if ok {
 			r.log.Info("reusing READY artifact", "artifact_id", built.ArtifactID, "object_key", built.ObjectKey)
 			return built, true, nil
 		}
 	}
-	if built, ok, err := r.reuseLocal(ctx, lock, fp, artifactID); err != nil || ok {
+	rctx, endReuse := reuseSpan(ctx, "local")
+	built, ok, err := r.reuseLocal(rctx, lock, fp, artifactID)
+	if endReuse(ok, err); err != nil || ok {
 		return built, ok, err
 	}
 	if e.shared != nil {
-		if built, ok := r.adoptObject(ctx, artifactID, fp); ok {
+		rctx, endReuse := reuseSpan(ctx, "object")
+		built, ok := r.adoptObject(rctx, artifactID, fp)
+		if endReuse(ok, nil); ok {
 			return built, true, nil
 		}
 	}

@@ -133,7 +133,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	// With credentials in the request the spool scrubs its WAL when the
 	// job ends; without, it spares the job that checkpoint.
 	secret := b.Template.RegistryUsername != "" || b.Template.RegistryPassword != ""
-	job, err := a.spool.Enqueue(ctx, spool.NewJob{ID: b.JobID, Request: body, Secret: secret}, a.config().Build.QueueSize)
+	span, tc := a.startSubmit(r, b)
+	job, err := a.spool.Enqueue(ctx, spool.NewJob{ID: b.JobID, Request: body, Secret: secret,
+		TraceParent: tc.Traceparent, TraceState: tc.Tracestate}, a.config().Build.QueueSize)
+	defer func() { endSubmit(span, err) }()
 	switch {
 	case errors.Is(err, spool.ErrJobExists) && job.State.Terminal():
 		if err := a.spool.Resend(ctx, b.JobID); err != nil {

@@ -83,7 +83,7 @@ func TestDeliveryOrderPerJobUnderFailures(t *testing.T) {
 		mu.Lock()
 		*v.(*int)++
 		mu.Unlock()
-	})
+	}, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go r.Run(runCtx)
@@ -127,7 +127,7 @@ func TestProgressReportsGiveUpTerminalNever(t *testing.T) {
 	sp.Finish(ctx, "j", spool.StateFailed, "PULLING", "x", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"FAILED"}`)})
 	r := New(sp, func() Settings {
 		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: time.Millisecond, RetryMax: 2 * time.Millisecond, ProgressAttempts: 3}
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	for i := 0; i < 40; i++ {
 		r.DeliverDue(ctx)
 		time.Sleep(3 * time.Millisecond)
@@ -172,7 +172,7 @@ func TestRedirectIsNeverFollowed(t *testing.T) {
 		if outcome == OutcomeRetry {
 			retries++
 		}
-	})
+	}, nil)
 	if err := r.DeliverDue(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestSlowAnswerHoldsUpNoOtherJob(t *testing.T) {
 	}
 	r := New(sp, func() Settings {
 		return Settings{BaseURL: srv.URL, Timeout: time.Minute, RetryInitial: time.Second, RetryMax: time.Second, ProgressAttempts: 3}
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go r.Run(runCtx)
@@ -334,7 +334,7 @@ func TestFullSpoolDiskDoesNotSpin(t *testing.T) {
 	r := New(sp, func() Settings {
 		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: 20 * time.Millisecond,
 			RetryMax: 200 * time.Millisecond, ProgressAttempts: 3}
-	}, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	}, slog.New(slog.NewTextHandler(&logs, nil)), nil, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(runCtx) }()
@@ -397,7 +397,7 @@ func TestFullSpoolDiskRetryBacksOff(t *testing.T) {
 	r := New(sp, func() Settings {
 		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: 100 * time.Millisecond,
 			RetryMax: time.Second, ProgressAttempts: 3}
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(runCtx) }()
