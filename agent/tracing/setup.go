@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -190,7 +191,8 @@ func newExporter(ctx context.Context, name string, getenv func(string) string, c
 
 // newResource describes this process: OTEL_RESOURCE_ATTRIBUTES, then
 // service.name from OTEL_SERVICE_NAME (or DefaultServiceName when neither
-// names it) and service.version.
+// names it), service.version and process.pid (a restarted agent's spans
+// tell themselves apart by it).
 func newResource(getenv func(string) string, version string) (*resource.Resource, error) {
 	attrs, err := parseResourceAttributes(getenv("OTEL_RESOURCE_ATTRIBUTES"))
 	if err != nil {
@@ -209,6 +211,7 @@ func newResource(getenv func(string) string, version string) (*resource.Resource
 	if version != "" {
 		attrs = append(attrs, attribute.String("service.version", version))
 	}
+	attrs = append(attrs, attribute.Int("process.pid", os.Getpid()))
 	return resource.NewSchemaless(attrs...), nil
 }
 
