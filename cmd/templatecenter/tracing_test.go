@@ -140,6 +140,20 @@ func TestTraceSurvivesRestart(t *testing.T) {
 			t.Errorf("%s span parent = %s, want the build span %s", name, s.ParentSpanID, build.SpanID)
 		}
 	}
+	rootfsSpan, _ := named(later, "cubetemplatecenter.template.image.rootfs")
+	for _, name := range []string{"layer.fetch", "layer.apply", "ext4"} {
+		s, ok := named(later, "cubetemplatecenter.template.image."+name)
+		if !ok {
+			t.Errorf("no %s span from the restarted agent's builder; spans: %v", name, spanNames(later))
+			continue
+		}
+		if s.ParentSpanID != rootfsSpan.SpanID || s.Error {
+			t.Errorf("%s span parent %s, error %v; want the rootfs span %s, no error", name, s.ParentSpanID, s.Error, rootfsSpan.SpanID)
+		}
+	}
+	if f, _ := named(later, "cubetemplatecenter.template.image.layer.fetch"); f.Attrs["cache_hit"] != "false" || f.Attrs["oci.layer.digest"] == "" {
+		t.Errorf("layer fetch span attributes %v, want the digest and cache_hit=false (the killed agent never got the layer)", f.Attrs)
+	}
 	callback, _ := named(later, "cubetemplatecenter.template.image.artifact.callback")
 	attempt, ok := named(later, "cubetemplatecenter.template.image.artifact.report.attempt")
 	if !ok || attempt.ParentSpanID != callback.SpanID || attempt.Attrs["http.response.status_code"] != "200" {
