@@ -220,13 +220,15 @@ type jobView struct {
 	UpdatedAt   time.Time       `json:"updated_at"`
 	StartedAt   *time.Time      `json:"started_at,omitempty"`
 	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	// Traceparent finds the job's trace in a trace collector.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // View renders a job for people and programs, without its request.
 func View(j spool.Job) any {
 	v := jobView{JobID: j.ID, State: j.State, Phase: j.Phase, Progress: j.Progress, Attempts: j.Attempts,
 		Fingerprint: j.Fingerprint, ArtifactID: j.ArtifactID, Error: j.Error, Result: j.Result,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, Traceparent: j.TraceParent}
 	if !j.StartedAt.IsZero() {
 		v.StartedAt = &j.StartedAt
 	}

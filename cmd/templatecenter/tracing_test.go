@@ -99,6 +99,9 @@ func TestTraceSurvivesRestart(t *testing.T) {
 	waitOutboxEmpty(t, h.baseURL())
 	secondPID := strconv.Itoa(second.cmd.Process.Pid)
 	second.stop(t) // flushes the spans still queued
+	if s := h.showJob(id); !strings.Contains(s.raw, `"traceparent": "00-`+tracedTraceID) {
+		t.Errorf("jobs show %s does not give the job's traceparent:\n%s", id, s.raw)
+	}
 
 	spans := recv.Spans()
 	byPID := map[string][]otlpreceiver.Span{}
