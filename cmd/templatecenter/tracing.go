@@ -13,7 +13,7 @@ import (
 
 // traceFlushTimeout bounds the flush of queued spans at exit: a collector
 // that does not answer must not hold up a stop.
-const traceFlushTimeout = 5 * time.Second
+const traceFlushTimeout = 3 * time.Second
 
 // setupTracing builds the tracer provider the OTEL_* variables describe.
 func setupTracing(ctx context.Context, console io.Writer, logger *slog.Logger) (*tracing.Provider, error) {

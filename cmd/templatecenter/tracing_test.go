@@ -7,10 +7,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
@@ -203,4 +206,41 @@ func spanNames(spans []otlpreceiver.Span) []string {
 		out = append(out, s.Name+"@"+s.Resource["process.pid"])
 	}
 	return out
+}
+
+// TestCollectorThatHangsCostsNothing: with a collector that accepts
+// connections and never answers, and an export queue of one span, builds
+// go on as without tracing: the job is BUILT, the spans that find the
+// queue full are dropped and counted, and the agent still stops in time.
+func TestCollectorThatHangsCostsNothing(t *testing.T) {
+	t.Parallel()
+	gone := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-gone:
+		}
+	}))
+	t.Cleanup(func() { close(gone); hang.Close() })
+	cm := startCubeMaster(t, testToken)
+	reg := images.StartRegistry(t, nil)
+	image := reg.Push(t, "blackbox/untraced:v1", cliImage(t))
+	h := newHarness(t, cm.URL(), testToken)
+	h.set("registry.insecure", []string{reg.Host})
+	p := h.startAgent("agent", "OTEL_EXPORTER_OTLP_ENDPOINT="+hang.URL, "OTEL_BSP_SCHEDULE_DELAY=10",
+		"OTEL_BSP_MAX_QUEUE_SIZE=1", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1")
+	const id = "hung-collector"
+	submit(t, h.baseURL(), testToken, id, image)
+	if cb := waitTerminal(t, cm, id); cb.Field("status") != "BUILT" {
+		t.Fatalf("build with a hung collector ended %v, want BUILT", cb.Body)
+	}
+	waitFor(t, "spans dropped as queue_full", func() bool {
+		v, err := scrapeMetric(h.baseURL(), `cube_templatecenter_trace_spans_dropped_total{reason="queue_full"}`)
+		return err == nil && v > 0
+	})
+	p.signal(t, syscall.SIGTERM)
+	if code := p.waitExit(t, shutdownTimeout+traceFlushTimeout+exitSlack); code != 0 {
+		t.Errorf("agent exited %d after SIGTERM with a hung collector, want 0", code)
+	}
 }
