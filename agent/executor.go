@@ -345,7 +345,7 @@ func (e *executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); r.heartbeat(hbCtx) }()
 	built, phase, err := r.execute(ctx)
-	endBuild(span, built, err)
+	endBuild(ctx, span, built, err)
 	stopHeartbeat()
 	<-hbDone
 	var timeout buildTimeout

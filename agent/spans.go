@@ -85,14 +85,20 @@ func (r *jobRun) startBuild(ctx context.Context) (context.Context, trace.Span) {
 		attribute.Int(attrAttempt, r.job.Attempts)))
 }
 
-// endBuild records how the run ended on its span: an error status for a
-// failure, none for a run interrupted by a stop (the job goes on later).
-func endBuild(span trace.Span, built *api.Built, err error) {
+// endBuild records how the run under ctx ended on its span: an error
+// status for a failure, a cancel or a timeout, none for a run interrupted
+// by a stop (the job goes on later).
+func endBuild(ctx context.Context, span trace.Span, built *api.Built, err error) {
+	var timeout buildTimeout
+	if cause := context.Cause(ctx); errors.Is(cause, errCancelled) || errors.As(cause, &timeout) {
+		err = cause
+	}
 	if built != nil {
 		span.SetAttributes(attribute.String(attrArtifactID, built.ArtifactID),
 			attribute.String(attrStorageBackend, backendOf(built)))
 	}
 	if errors.Is(err, errStopping) || errors.Is(err, context.Canceled) {
+		// Only a stop is left: the job goes back to the queue.
 		span.SetAttributes(attribute.Bool(attrInterrupted, true))
 		err = nil
 	}

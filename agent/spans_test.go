@@ -230,3 +230,31 @@ func TestPublishSpanFallback(t *testing.T) {
 		t.Errorf("upload span status %v, parent %s; want Error under the publish span", up.Status(), up.Parent().SpanID())
 	}
 }
+
+// TestBuildSpanCancelled: a job cancelled mid-build ends its build span
+// with an error, not as an interrupted run.
+func TestBuildSpanCancelled(t *testing.T) {
+	h := newHarness(t, nil)
+	rec := tracetest.NewSpanRecorder()
+	h.tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	entered, release := h.pauseAtPublish()
+	defer close(release)
+	h.start()
+	h.submit("cancel-me", "registry.local/app:1")
+	<-entered
+	if code, body := h.post("/tc/api/v1/jobs/cancel-me/cancel", nil); code != http.StatusOK {
+		t.Fatalf("cancel: %d %v", code, body)
+	}
+	h.terminal("cancel-me")
+	var build sdktrace.ReadOnlySpan
+	waitFor(t, "the build span to end", func() bool {
+		build = spansByName(rec.Ended())[spanBuild]
+		return build != nil
+	})
+	if build.Status().Code != codes.Error || build.Status().Description != "cancelled" {
+		t.Errorf("cancelled build span status = %v, want Error \"cancelled\"", build.Status())
+	}
+	if v, ok := attrOf(build, attrInterrupted); ok && v.AsBool() {
+		t.Error("cancelled build span says interrupted=true")
+	}
+}
