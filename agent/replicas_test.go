@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
@@ -38,6 +39,8 @@ type replicaSet struct {
 	root    string
 	// srv is the database server, for outage tests.
 	srv dbServer
+	// tracer makes the replicas' spans, when set.
+	tracer trace.TracerProvider
 }
 
 func newReplicaSet(t *testing.T, dl dbDialect) *replicaSet {
@@ -90,6 +93,7 @@ func (rs *replicaSet) replicaWith(register bool, mutate func(*config.Config), wr
 			t.Fatal(err)
 		}
 	}
+	h.tracer = rs.tracer
 	h.start()
 	return h
 }

@@ -8,11 +8,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
@@ -256,5 +259,50 @@ func TestBuildSpanCancelled(t *testing.T) {
 	}
 	if v, ok := attrOf(build, attrInterrupted); ok && v.AsBool() {
 		t.Error("cancelled build span says interrupted=true")
+	}
+}
+
+// TestLockWaitSpan: a replica that waits for another's build lock records
+// the wait under its build span, and its build span says it reused the
+// other replica's artifact.
+func TestLockWaitSpan(t *testing.T) {
+	rs := newReplicaSet(t, dbDialects[0])
+	rec := tracetest.NewSpanRecorder()
+	rs.tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	a, b := rs.replica(true, nil), rs.replica(true, nil)
+	entered, release := a.pauseAtPublish()
+	rs.submit(a, "job-a", "alpine:3")
+	<-entered
+	rs.submit(b, "job-b", "alpine:3")
+	waitFor(t, "replica B to wait for the lock", func() bool {
+		return testutil.ToFloat64(b.agent.metrics.replica.lockWaits) == 1
+	})
+	close(release)
+	if cb := b.terminal("job-b"); cb.Field("status") != "BUILT" {
+		t.Fatalf("B ended %v", cb.Body)
+	}
+	var build sdktrace.ReadOnlySpan
+	waitFor(t, "B's build span", func() bool {
+		for _, s := range rec.Ended() {
+			if v, _ := attrOf(s, attrJobID); s.Name() == spanBuild && v.AsString() == "job-b" {
+				build = s
+			}
+		}
+		return build != nil
+	})
+	if v, _ := attrOf(build, attrReused); !v.AsBool() {
+		t.Error("B's build span does not say reused=true")
+	}
+	var wait sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == spanBuildLockWait && s.Parent().SpanID() == build.SpanContext().SpanID() {
+			wait = s
+		}
+	}
+	if wait == nil {
+		t.Fatal("no build_lock.wait span under B's build span")
+	}
+	if d := wait.EndTime().Sub(wait.StartTime()); d < 50*time.Millisecond || wait.Status().Code == codes.Error {
+		t.Errorf("B's lock wait span lasted %s with status %v; want the wait (at least one poll interval), no error", d, wait.Status())
 	}
 }
