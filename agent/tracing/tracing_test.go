@@ -1,12 +1,15 @@
 package tracing
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -182,5 +185,40 @@ func TestSetupWithoutExporter(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(p.Collectors()[0]); n != 2 {
 		t.Errorf("drop counter has %d series, want 2 (both reasons from the start)", n)
+	}
+}
+
+// TestSetupExporters: gRPC and console exporters are built from the
+// variables alone (neither connects at start), and the console one writes
+// ended spans to the writer main gives it.
+func TestSetupExporters(t *testing.T) {
+	ctx := context.Background()
+	p, err := Setup(ctx, Options{Getenv: env(map[string]string{"OTEL_TRACES_EXPORTER": "otlp",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})})
+	if err != nil {
+		t.Fatalf("Setup(grpc): %v", err)
+	}
+	if got := p.Exporters(); !slices.Equal(got, []string{"otlp/grpc"}) {
+		t.Errorf("Exporters() = %q, want otlp/grpc", got)
+	}
+	shutdownCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	p.Shutdown(shutdownCtx)
+
+	var out bytes.Buffer
+	p, err = Setup(ctx, Options{Getenv: env(map[string]string{"OTEL_TRACES_EXPORTER": "console"}), Console: &out})
+	if err != nil {
+		t.Fatalf("Setup(console): %v", err)
+	}
+	_, s := p.Tracer("t").Start(ctx, "console-span")
+	s.End()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "console-span") || !strings.Contains(out.String(), DefaultServiceName) {
+		t.Errorf("console output lacks the span or the service name:\n%s", out.String())
+	}
+	if _, err := Setup(ctx, Options{Getenv: env(map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "-1"})}); err == nil {
+		t.Error("Setup accepted OTEL_BSP_MAX_QUEUE_SIZE=-1")
 	}
 }
