@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
@@ -43,6 +44,7 @@ type Agent struct {
 	level            *slog.LevelVar
 	metrics          *metrics
 	http             *httpObserver
+	tracer           trace.Tracer
 	exec             *jobs.Executor
 	reporter         *report.Reporter
 	notify           Notifier
@@ -96,6 +98,10 @@ type Options struct {
 	LiveProgress LiveProgress
 	// BuildInfo names the running binary in build_info.
 	BuildInfo BuildInfo
+	// TracerProvider makes the spans of builds and callbacks (set up by
+	// main from OTEL_*); nil makes none, and callbacks carry the trace
+	// context CubeMaster sent with the build.
+	TracerProvider trace.TracerProvider
 }
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
@@ -117,6 +123,7 @@ func New(o Options) *Agent {
 		watchdogInterval: o.Watchdog,
 		abort:            make(chan struct{}),
 		purgeEvery:       defaultPurgeEvery,
+		tracer:           tracerOf(o.TracerProvider),
 	}
 	if a.level == nil {
 		a.level = new(slog.LevelVar)
@@ -135,9 +142,11 @@ func New(o Options) *Agent {
 	if c, ok := o.Builder.(layerCache); ok {
 		a.metrics.register(newLayerCacheCollector(c))
 	}
-	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback)
-	if c, ok := o.LiveProgress.(interface{ Collectors() []prometheus.Collector }); ok {
-		a.metrics.register(c.Collectors()...)
+	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback, o.TracerProvider)
+	for _, part := range []any{o.LiveProgress, o.TracerProvider} {
+		if c, ok := part.(interface{ Collectors() []prometheus.Collector }); ok {
+			a.metrics.register(c.Collectors()...)
+		}
 	}
 	replicas := func() config.Replicas { return a.config().Replicas }
 	as := o.Config.ArtifactStore
@@ -147,7 +156,7 @@ func New(o Options) *Agent {
 		Logger: o.Logger, Metrics: a.metrics.scoped()}
 	execOpts := jobs.Options{Jobs: o.Spool, Builder: o.Builder, Reporter: a.reporter,
 		Settings: func() config.Build { return a.config().Build }, Replicas: replicas,
-		Logger: o.Logger, Metrics: a.metrics.scoped()}
+		Logger: o.Logger, Tracer: a.tracer, Metrics: a.metrics.scoped()}
 	// Typed nils would pass for a database or a publisher that is there.
 	if o.Database != nil {
 		artOpts.Rows, execOpts.Locks = o.Database, o.Database

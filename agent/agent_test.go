@@ -581,7 +581,7 @@ func TestPoisonJobGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := mustJSON(t, buildBody("poison", "img"))
-	sp.Enqueue(context.Background(), "poison", body, false, 10)
+	sp.Enqueue(context.Background(), spool.NewJob{ID: "poison", Request: body}, 10)
 	for i := 0; i < 2; i++ { // two crashes mid-build
 		sp.ClaimNext(context.Background())
 		sp.RequeueRunning(context.Background())

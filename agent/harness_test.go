@@ -19,6 +19,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
@@ -156,6 +157,8 @@ type harness struct {
 	database Database
 	// live receives pull progress, when set.
 	live LiveProgress
+	// tracer makes the agent's spans, when set.
+	tracer trace.TracerProvider
 
 	notesMu sync.Mutex
 	notes   []string
@@ -244,6 +247,7 @@ func (h *harness) start() {
 	cfg := *h.cfg
 	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
 		Database: h.database, LiveProgress: h.live, BuildInfo: BuildInfo{Version: "v-test", Revision: "rev-test"},
+		TracerProvider: h.tracer,
 		Load: func() (*config.Config, error) {
 			return config.Load(func(k string) (string, bool) { v, ok := h.env[k]; return v, ok }, logger)
 		},

@@ -18,6 +18,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 )
 
 // TestMetricsLint lints the registry /metrics serves, as the agent builds
@@ -52,7 +53,7 @@ func TestMetricsLint(t *testing.T) {
 	}
 	// Each optional part registered its series.
 	for _, name := range []string{"layer_cache_blobs", "blobstore_fallbacks_total", "redis_progress_writes_total",
-		"replica_lock_waits_total", "reconcile_deleted_total"} {
+		"replica_lock_waits_total", "reconcile_deleted_total", "trace_spans_dropped_total"} {
 		if _, ok := help[namespace+"_"+name]; !ok {
 			t.Errorf("the registry has no %s_%s", namespace, name)
 		}
@@ -105,8 +106,13 @@ func fullMetrics(t *testing.T) *metrics {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tp, err := tracing.Setup(ctx, tracing.Options{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.Shutdown(ctx) })
 	a := New(Options{Config: cfg, Spool: sp, Builder: &testBuilder{}, Logger: slog.New(slog.DiscardHandler),
-		Objects: objects, Database: db, LiveProgress: live})
+		Objects: objects, Database: db, LiveProgress: live, TracerProvider: tp})
 	m := a.metrics
 	m.observeCallback("delivered", true)
 	a.http.metrics.requests.WithLabelValues("POST /tc/api/v1/build", "POST", "200")

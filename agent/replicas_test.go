@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
@@ -37,6 +39,8 @@ type replicaSet struct {
 	root    string
 	// srv is the database server, for outage tests.
 	srv dbServer
+	// tracer makes the replicas' spans, when set.
+	tracer trace.TracerProvider
 }
 
 func newReplicaSet(t *testing.T, dl dbDialect) *replicaSet {
@@ -89,6 +93,7 @@ func (rs *replicaSet) replicaWith(register bool, mutate func(*config.Config), wr
 			t.Fatal(err)
 		}
 	}
+	h.tracer = rs.tracer
 	h.start()
 	return h
 }

@@ -138,7 +138,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	// With credentials in the request the spool scrubs its WAL when the
 	// job ends; without, it spares the job that checkpoint.
 	secret := b.Template.RegistryUsername != "" || b.Template.RegistryPassword != ""
-	job, err := a.spool.Enqueue(ctx, b.JobID, body, secret, a.config().Build.QueueSize)
+	span, tc := a.startSubmit(r, b)
+	job, err := a.spool.Enqueue(ctx, spool.NewJob{ID: b.JobID, Request: body, Secret: secret,
+		TraceParent: tc.Traceparent, TraceState: tc.Tracestate}, a.config().Build.QueueSize)
+	defer func() { endSubmit(span, err) }()
 	switch {
 	case errors.Is(err, spool.ErrJobExists) && job.State.Terminal():
 		if err := a.spool.Resend(ctx, b.JobID); err != nil {
@@ -227,13 +230,15 @@ type jobView struct {
 	UpdatedAt   time.Time       `json:"updated_at"`
 	StartedAt   *time.Time      `json:"started_at,omitempty"`
 	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	// Traceparent finds the job's trace in a trace collector.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // View renders a job for people and programs, without its request.
 func View(j spool.Job) any {
 	v := jobView{JobID: j.ID, State: j.State, Phase: j.Phase, Progress: j.Progress, Attempts: j.Attempts,
 		Fingerprint: j.Fingerprint, ArtifactID: j.ArtifactID, Error: j.Error, Result: j.Result,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt}
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, Traceparent: j.TraceParent}
 	if !j.StartedAt.IsZero() {
 		v.StartedAt = &j.StartedAt
 	}

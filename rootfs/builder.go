@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
@@ -210,7 +211,9 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		if i+1 < n {
 			next = startLayer(ctx, layers, i+1, readAheadNext, b.chunks, b.opts.Pull.Gzip)
 		}
-		err := cur.apply(ctx, tree)
+		actx, endApply := startSpan(ctx, SpanLayerApply, attribute.Int("oci.layer.index", i))
+		err := cur.apply(actx, tree)
+		endApply(err)
 		cur.close()
 		if err != nil {
 			return nil, err
@@ -240,7 +243,9 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		return nil, fmt.Errorf("write ext4 metadata: %w", err)
 	}
 	paced.grow(tree.Memory())
-	stats, err := w.Finish(ctx, tree.Root())
+	ectx, endExt4 := startSpan(ctx, SpanExt4)
+	defer func() { endExt4(err) }()
+	stats, err := w.Finish(ectx, tree.Root())
 	paced.done() // the tree and the plan are garbage now
 	if err != nil {
 		return nil, fmt.Errorf("write ext4 metadata: %w", err)

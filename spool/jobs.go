@@ -43,16 +43,34 @@ type Job struct {
 	UpdatedAt  time.Time
 	StartedAt  time.Time
 	FinishedAt time.Time
+	// TraceParent and TraceState are the W3C trace context the job was
+	// accepted under; every run of the job continues that trace.
+	TraceParent string
+	TraceState  string
+}
+
+// NewJob is a build request to queue.
+type NewJob struct {
+	ID      string
+	Request []byte
+	// Secret tells that Request holds credentials: when the job ends, the
+	// WAL is then emptied so no copy of them stays on disk.
+	Secret bool
+	// TraceParent and TraceState are the W3C trace context to store with
+	// the job (empty: none).
+	TraceParent string
+	TraceState  string
 }
 
 const jobColumns = `seq, job_id, state, phase, progress, request, attempts, fingerprint, artifact_id,
-	error, result, created_at, updated_at, started_at, finished_at`
+	error, result, created_at, updated_at, started_at, finished_at, trace_parent, trace_state`
 
 func scanJob(row interface{ Scan(...any) error }) (Job, error) {
 	var j Job
 	var created, updated, started, finished sql.NullInt64
 	err := row.Scan(&j.Seq, &j.ID, &j.State, &j.Phase, &j.Progress, &j.Request, &j.Attempts,
-		&j.Fingerprint, &j.ArtifactID, &j.Error, &j.Result, &created, &updated, &started, &finished)
+		&j.Fingerprint, &j.ArtifactID, &j.Error, &j.Result, &created, &updated, &started, &finished,
+		&j.TraceParent, &j.TraceState)
 	if err != nil {
 		return Job{}, err
 	}
@@ -62,12 +80,11 @@ func scanJob(row interface{ Scan(...any) error }) (Job, error) {
 }
 
 // Enqueue commits a new queued job, durably (it survives a power cut once
-// Enqueue returns). secret tells that request holds credentials: when the
-// job ends, the WAL is then emptied so no copy of them stays on disk. When
-// the id is already known it returns the existing job and ErrJobExists;
-// when maxQueued jobs already wait it returns ErrQueueFull. The check and
-// the insert are one transaction.
-func (s *Spool) Enqueue(ctx context.Context, id string, request []byte, secret bool, maxQueued int) (Job, error) {
+// Enqueue returns). When the id is already known it returns the existing
+// job and ErrJobExists; when maxQueued jobs already wait it returns
+// ErrQueueFull. The check and the insert are one transaction.
+func (s *Spool) Enqueue(ctx context.Context, nj NewJob, maxQueued int) (Job, error) {
+	id := nj.ID
 	var out Job
 	err := s.durableTx(ctx, func(tx *sql.Tx) error {
 		existing, err := scanJob(tx.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE job_id = ?", id))
@@ -86,8 +103,9 @@ func (s *Spool) Enqueue(ctx context.Context, id string, request []byte, secret b
 			return ErrQueueFull
 		}
 		now := s.nowMS()
-		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (job_id, state, request, secret, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?)`, id, StateQueued, request, secret, now, now); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (job_id, state, request, secret, created_at, updated_at,
+			trace_parent, trace_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			id, StateQueued, nj.Request, nj.Secret, now, now, nj.TraceParent, nj.TraceState); err != nil {
 			return fmt.Errorf("insert job %s: %w", id, err)
 		}
 		out, err = scanJob(tx.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE job_id = ?", id))

@@ -62,6 +62,15 @@ var migrations = []string{
 	// the upgrade: their delivery time is unknown.
 	`ALTER TABLE artifacts ADD COLUMN delivered_at INTEGER;
 	UPDATE artifacts SET delivered_at = CAST(strftime('%s', 'now') AS INTEGER) * 1000;`,
+
+	// 5: the W3C trace context of each job, so that every run of it and
+	// every report about it joins one trace, and of each report, whose
+	// callback carries it. Rows of older releases have none: their next
+	// run starts a trace.
+	`ALTER TABLE jobs ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
+	ALTER TABLE jobs ADD COLUMN trace_state TEXT NOT NULL DEFAULT '';
+	ALTER TABLE reports ADD COLUMN trace_parent TEXT NOT NULL DEFAULT '';
+	ALTER TABLE reports ADD COLUMN trace_state TEXT NOT NULL DEFAULT '';`,
 }
 
 // version reads the schema version of the open database.

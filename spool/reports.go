@@ -29,14 +29,19 @@ type Report struct {
 	NextAttempt time.Time
 	LastError   string
 	CreatedAt   time.Time
+	// TraceParent and TraceState are the W3C trace context the callback
+	// continues. Empty when added, they are the job's.
+	TraceParent string
+	TraceState  string
 }
 
-const reportColumns = "id, job_id, kind, terminal, body, attempts, next_attempt, last_error, created_at"
+const reportColumns = "id, job_id, kind, terminal, body, attempts, next_attempt, last_error, created_at, trace_parent, trace_state"
 
 func scanReport(row interface{ Scan(...any) error }) (Report, error) {
 	var r Report
 	var next, created sql.NullInt64
-	if err := row.Scan(&r.ID, &r.JobID, &r.Kind, &r.Terminal, &r.Body, &r.Attempts, &next, &r.LastError, &created); err != nil {
+	if err := row.Scan(&r.ID, &r.JobID, &r.Kind, &r.Terminal, &r.Body, &r.Attempts, &next, &r.LastError, &created,
+		&r.TraceParent, &r.TraceState); err != nil {
 		return Report{}, err
 	}
 	r.NextAttempt, r.CreatedAt = fromMS(next), fromMS(created)
@@ -72,8 +77,13 @@ func (s *Spool) addReport(ctx context.Context, tx *sql.Tx, id string, r Report) 
 		}
 	}
 	now := s.nowMS()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO reports (job_id, kind, terminal, body, next_attempt, created_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, id, r.Kind, r.Terminal, r.Body, now, now); err != nil {
+	// A report without a trace context of its own takes the job's.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO reports (job_id, kind, terminal, body, next_attempt, created_at,
+		trace_parent, trace_state)
+		SELECT ?, ?, ?, ?, ?, ?, CASE WHEN ? = '' THEN COALESCE(j.trace_parent, '') ELSE ? END,
+			CASE WHEN ? = '' THEN COALESCE(j.trace_state, '') ELSE ? END
+		FROM (SELECT 1) LEFT JOIN jobs j ON j.job_id = ?`,
+		id, r.Kind, r.Terminal, r.Body, now, now, r.TraceParent, r.TraceParent, r.TraceParent, r.TraceState, id); err != nil {
 		return fmt.Errorf("add %s report for job %s: %w", r.Kind, id, err)
 	}
 	return nil

@@ -33,7 +33,7 @@ func openAt(t testing.TB, path string) *Spool {
 
 func mustEnqueue(t testing.TB, s *Spool, id string) Job {
 	t.Helper()
-	j, err := s.Enqueue(context.Background(), id, []byte(`{"job_id":"`+id+`"}`), false, 100)
+	j, err := s.Enqueue(context.Background(), NewJob{ID: id, Request: []byte(`{"job_id":"` + id + `"}`)}, 100)
 	if err != nil {
 		t.Fatalf("Enqueue(%s): %v", id, err)
 	}
@@ -157,24 +157,24 @@ func TestOpenUnreadableSpool(t *testing.T) {
 func TestEnqueueDuplicateAndQueueFull(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
-	if _, err := s.Enqueue(ctx, "a", []byte("{}"), false, 2); err != nil {
+	if _, err := s.Enqueue(ctx, NewJob{ID: "a", Request: []byte("{}")}, 2); err != nil {
 		t.Fatal(err)
 	}
-	j, err := s.Enqueue(ctx, "a", []byte("{}"), false, 2)
+	j, err := s.Enqueue(ctx, NewJob{ID: "a", Request: []byte("{}")}, 2)
 	if !errors.Is(err, ErrJobExists) || j.ID != "a" || j.State != StateQueued {
 		t.Errorf("duplicate Enqueue = %+v, %v; want existing job and ErrJobExists", j, err)
 	}
-	if _, err := s.Enqueue(ctx, "b", []byte("{}"), false, 2); err != nil {
+	if _, err := s.Enqueue(ctx, NewJob{ID: "b", Request: []byte("{}")}, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Enqueue(ctx, "c", []byte("{}"), false, 2); !errors.Is(err, ErrQueueFull) {
+	if _, err := s.Enqueue(ctx, NewJob{ID: "c", Request: []byte("{}")}, 2); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("third Enqueue with limit 2 = %v, want ErrQueueFull", err)
 	}
 	// Running jobs do not count against the queue.
 	if _, _, err := s.ClaimNext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Enqueue(ctx, "c", []byte("{}"), false, 2); err != nil {
+	if _, err := s.Enqueue(ctx, NewJob{ID: "c", Request: []byte("{}")}, 2); err != nil {
 		t.Errorf("Enqueue after a claim = %v, want room", err)
 	}
 }
@@ -429,7 +429,7 @@ func TestReadOnlyOpenSeesWritersCommits(t *testing.T) {
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "visible" {
 		t.Fatalf("read-only Jobs = %+v, %v", jobs, err)
 	}
-	if _, err := ro.Enqueue(ctx, "nope", []byte("{}"), false, 10); err == nil {
+	if _, err := ro.Enqueue(ctx, NewJob{ID: "nope", Request: []byte("{}")}, 10); err == nil {
 		t.Error("Enqueue through a read-only spool succeeded")
 	}
 	if _, err := OpenReadOnly(ctx, filepath.Join(t.TempDir(), "missing.db")); err == nil {
@@ -485,7 +485,7 @@ func TestFinishedJobLeavesNoSecretOnDisk(t *testing.T) {
 	for i := range 20 { // enough rows to span pages, like a busy spool
 		id := fmt.Sprintf("j%d", i)
 		req := fmt.Sprintf(`{"job_id":%q,"registry_password":%q,"pad":%q}`, id, secret, strings.Repeat("x", 500))
-		if _, err := s.Enqueue(ctx, id, []byte(req), true, 100); err != nil {
+		if _, err := s.Enqueue(ctx, NewJob{ID: id, Request: []byte(req), Secret: true}, 100); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -555,7 +555,7 @@ func TestFinishWithoutCredentialsKeepsTheWAL(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	for _, id := range []string{"plain", "secret"} {
-		if _, err := s.Enqueue(ctx, id, []byte(`{"job_id":"`+id+`"}`), id == "secret", 10); err != nil {
+		if _, err := s.Enqueue(ctx, NewJob{ID: id, Request: []byte(`{"job_id":"` + id + `"}`), Secret: id == "secret"}, 10); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -651,7 +651,7 @@ func TestFullDiskIsCannotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmpfs.Fill(t, dir)
-	_, err := s.Enqueue(context.Background(), "after", []byte(`{}`), false, 100)
+	_, err := s.Enqueue(context.Background(), NewJob{ID: "after", Request: []byte(`{}`)}, 100)
 	if !errors.Is(err, ErrCannotWrite) {
 		t.Fatalf("Enqueue on a full disk = %v, want ErrCannotWrite", err)
 	}

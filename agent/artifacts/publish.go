@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
+	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
@@ -144,7 +146,9 @@ func (p *publisher) ensure(ctx context.Context, built *api.Built, progress func(
 	if _, err := os.Stat(built.Ext4Path); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("artifact %s: %w", built.ArtifactID, ErrObjectMissing)
 	}
-	info, err = p.upload(ctx, key, built, progress)
+	info, err = tracing.Run(ctx, tracing.SpanUpload, func(ctx context.Context) (blobstore.Info, error) {
+		return p.upload(ctx, key, built, progress)
+	}, attribute.String(tracing.AttrStorageBackend, p.store.Backend()))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -16,11 +16,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
@@ -91,6 +94,9 @@ type Options struct {
 	// Live receives jobs' pull progress for CubeMaster's Redis; nil for
 	// none.
 	Live LiveProgress
+	// Tracer starts each run's span; the phases' spans are its children.
+	// Nil makes none.
+	Tracer trace.Tracer
 	// Metrics registers the series; names are relative to the daemon's
 	// namespace.
 	Metrics prometheus.Registerer
@@ -127,6 +133,7 @@ type Executor struct {
 	locks     Locker
 	replicas  func() config.Replicas
 	live      LiveProgress
+	tracer    trace.Tracer
 	metrics   metrics
 
 	// claimMu orders claiming a job against cancelling one: a job is in
@@ -162,11 +169,14 @@ type flight struct {
 func New(o Options) *Executor {
 	e := &Executor{
 		jobs: o.Jobs, artifacts: o.Artifacts, builder: o.Builder, reporter: o.Reporter, settings: o.Settings,
-		logger: o.Logger, locks: o.Locks, replicas: o.Replicas, live: o.Live,
+		logger: o.Logger, locks: o.Locks, replicas: o.Replicas, live: o.Live, tracer: o.Tracer,
 		metrics: newMetrics(),
 		running: map[string]context.CancelCauseFunc{},
 		flights: map[string]*flight{},
 		wake:    make(chan struct{}, 1),
+	}
+	if e.tracer == nil {
+		e.tracer = noop.NewTracerProvider().Tracer(tracing.Scope)
 	}
 	reg := o.Metrics
 	if reg == nil {

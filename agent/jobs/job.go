@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // jobRun is the state of one running job.
@@ -52,6 +54,8 @@ func (e *Executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.
 	r.build = b
 	r.log = r.log.With("image", b.Template.SourceImageRef)
 	r.log.Info("build started")
+	ctx, span := r.startBuild(ctx)
+	defer span.End()
 
 	if e.live != nil {
 		// However the job ends (or is requeued), its live progress goes:
@@ -62,6 +66,7 @@ func (e *Executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); r.heartbeat(hbCtx) }()
 	built, phase, err := r.execute(ctx)
+	endBuild(ctx, span, built, err)
 	stopHeartbeat()
 	<-hbDone
 	var timeout buildTimeout
@@ -90,7 +95,9 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	t := &r.build.Template
 
 	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
-	img, err := e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
+	img, err := tracing.Run(ctx, tracing.SpanPrepareSource, func(ctx context.Context) (*rootfs.Image, error) {
+		return e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
+	})
 	if err != nil {
 		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
 	}
@@ -126,7 +133,8 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 			e.wg.Add(1)
 			go func() {
 				defer e.wg.Done()
-				built, reused, err := r.produce(fl.ctx, img, ca, fp, artifactID)
+				// The flight's build is traced under the run that leads it.
+				built, reused, err := r.produce(trace.ContextWithSpan(fl.ctx, trace.SpanFromContext(ctx)), img, ca, fp, artifactID)
 				var timeout buildTimeout
 				if err != nil && errors.As(context.Cause(fl.ctx), &timeout) {
 					// Whichever step it stopped in (image, upload).
@@ -146,6 +154,7 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 		case <-fl.done:
 		}
 		if fl.err == nil {
+			markReused(ctx, !leader || fl.reused)
 			switch {
 			case !leader:
 				e.metrics.dedup.WithLabelValues("inflight").Inc()
@@ -172,8 +181,10 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
 	e := r.e
 	began := time.Now()
-	art, err := e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
-		Envd: r.build.EnvdData, CA: ca}, r.onProgress)
+	art, err := tracing.Run(ctx, tracing.SpanRootfs, func(ctx context.Context) (*rootfs.Artifact, error) {
+		return e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
+			Envd: r.build.EnvdData, CA: ca}, r.onProgress)
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errStopping
@@ -202,9 +213,11 @@ func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Buil
 		r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressUploadStart)
 	}
 	r.onProgress(rootfs.Progress{Percent: api.ProgressUploadStart})
-	out, err := e.artifacts.Publish(ctx, built, func(share float64) {
+	pctx, endPublish := publishSpan(ctx)
+	out, err := e.artifacts.Publish(pctx, built, func(share float64) {
 		r.onProgress(rootfs.Progress{Percent: api.ProgressUploadStart + int(share*(api.ProgressUploadEnd-api.ProgressUploadStart))})
 	})
+	endPublish(out, err)
 	if err != nil && ctx.Err() != nil {
 		return nil, errStopping
 	}
@@ -361,7 +374,9 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 		r.log.Error("record job result", "err", err)
 		return
 	}
-	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: body}); err != nil {
+	tc := callbackContext(ctx, r.job.ID, state)
+	if err := e.jobs.Finish(ctx, r.job.ID, state, phase, errMsg, spool.Report{Kind: spool.KindTerminal, Body: body,
+		TraceParent: tc.Traceparent, TraceState: tc.Tracestate}); err != nil {
 		if errors.Is(err, spool.ErrFinished) {
 			// A cancel ended the job first; its report stands.
 			r.log.Info("job ended before its build did; result not recorded", "state", state)

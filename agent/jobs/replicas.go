@@ -29,7 +29,9 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 	e := r.e
 	var lock *masterdb.Lock
 	if e.locks != nil {
-		lock, built, err = r.buildLock(ctx, fp)
+		lctx, endWait := lockWaitSpan(ctx)
+		lock, built, err = r.buildLock(lctx, fp)
+		endWait(built, err)
 		switch {
 		case err != nil:
 			return nil, false, err
@@ -45,7 +47,10 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 				}
 			}()
 		}
-		if built, ok := e.artifacts.FromRow(ctx, fp, r.log); ok {
+		rctx, endReuse := reuseSpan(ctx, "row")
+		built, ok := e.artifacts.FromRow(rctx, fp, r.log)
+		endReuse(ok, nil)
+		if ok {
 			r.log.Info("reusing READY artifact", "artifact_id", built.ArtifactID, "object_key", built.ObjectKey)
 			return built, true, nil
 		}
@@ -53,11 +58,15 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 	publish := func(ctx context.Context, built *api.Built) (*api.Built, bool, error) {
 		return r.publishChecked(ctx, lock, fp, artifactID, built)
 	}
-	if built, ok, err := e.artifacts.ReuseLocal(ctx, fp, r.log, publish); err != nil || ok {
+	rctx, endReuse := reuseSpan(ctx, "local")
+	built, ok, err := e.artifacts.ReuseLocal(rctx, fp, r.log, publish)
+	if endReuse(ok, err); err != nil || ok {
 		return built, ok, err
 	}
 	if e.locks != nil {
-		if built, ok := e.artifacts.Adopt(ctx, artifactID, fp, r.log); ok {
+		rctx, endReuse := reuseSpan(ctx, "object")
+		built, ok := e.artifacts.Adopt(rctx, artifactID, fp, r.log)
+		if endReuse(ok, nil); ok {
 			return built, true, nil
 		}
 	}

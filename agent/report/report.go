@@ -7,8 +7,6 @@ package report
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -62,6 +62,7 @@ type Reporter struct {
 	client   *http.Client
 	logger   *slog.Logger
 	observe  Observer
+	tracer   trace.Tracer
 	wake     chan struct{}
 	// workers bounds concurrent deliveries (to different jobs).
 	workers int
@@ -105,8 +106,9 @@ const minLook = 50 * time.Millisecond
 // is logged; the lines in between are counted, not written.
 const failLogEvery = 10 * time.Second
 
-// New returns a reporter; call Run to start delivering.
-func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe Observer) *Reporter {
+// New returns a reporter; call Run to start delivering. Terminal reports
+// get a span per attempt from tp (nil: none).
+func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe Observer, tp trace.TracerProvider) *Reporter {
 	if observe == nil {
 		observe = func(string, bool) {}
 	}
@@ -126,6 +128,7 @@ func New(outbox Outbox, settings func() Settings, logger *slog.Logger, observe O
 		},
 		logger:  logger,
 		observe: observe,
+		tracer:  tracerOf(tp),
 		wake:    make(chan struct{}, 1),
 		workers: workers,
 		now:     time.Now,
@@ -465,7 +468,9 @@ func (l *limiter) allow(kind string, now time.Time) (bool, int) {
 func (r *Reporter) deliver(ctx context.Context, rep spool.Report) bool {
 	s := r.settings()
 	log := r.logger.With("job_id", rep.JobID, "report", rep.Kind, "attempt", rep.Attempts+1)
+	ctx, span := r.traceContext(ctx, rep)
 	status, body, err := r.post(ctx, s, rep)
+	endAttempt(span, status, err, fmt.Sprintf("HTTP %d", status))
 	// Bookkeeping must land even if ctx ends now.
 	store := context.WithoutCancel(ctx)
 	if err == nil && status/100 == 2 {
@@ -498,6 +503,7 @@ func (r *Reporter) deliver(ctx context.Context, rep spool.Report) bool {
 		level = slog.LevelInfo
 	}
 	log.Log(ctx, level, "report not delivered, will retry", "err", reason, "retry_in", delay)
+	r.recordBackoff(store, rep, delay)
 	if err := r.outbox.RetryReport(store, rep.ID, r.now().Add(delay), reason); err != nil {
 		// The outbox still shows the report due now: hold it in memory
 		// for at least the delay it was meant to wait.
@@ -536,7 +542,7 @@ func (r *Reporter) post(ctx context.Context, s Settings, rep spool.Report) (int,
 		return 0, nil, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("traceparent", traceparent())
+	setTraceHeaders(ctx, req.Header)
 	if strings.TrimSpace(s.Token) != "" {
 		req.Header.Set(api.TokenHeader, strings.TrimSpace(s.Token))
 	}
@@ -554,13 +560,6 @@ func (r *Reporter) post(ctx context.Context, s Settings, rep spool.Report) (int,
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, body, nil
-}
-
-// traceparent starts a fresh W3C trace context for one callback.
-func traceparent() string {
-	var b [24]byte
-	rand.Read(b[:])
-	return "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
 }
 
 func snippet(b []byte) string {

@@ -67,7 +67,7 @@ func TestDeliveryOrderPerJobUnderFailures(t *testing.T) {
 		return 0
 	})
 	for _, job := range []string{"slow", "fast"} {
-		if _, err := sp.Enqueue(ctx, job, []byte("{}"), false, 10); err != nil {
+		if _, err := sp.Enqueue(ctx, spool.NewJob{ID: job, Request: []byte("{}")}, 10); err != nil {
 			t.Fatal(err)
 		}
 		for i, kind := range []string{spool.KindStatus, spool.KindFingerprint, spool.KindPull} {
@@ -83,7 +83,7 @@ func TestDeliveryOrderPerJobUnderFailures(t *testing.T) {
 		mu.Lock()
 		*v.(*int)++
 		mu.Unlock()
-	})
+	}, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go r.Run(runCtx)
@@ -122,12 +122,12 @@ func TestProgressReportsGiveUpTerminalNever(t *testing.T) {
 	master, _ := cubemaster.Start("")
 	defer master.Stop()
 	master.Respond(func(string, map[string]any) int { return http.StatusServiceUnavailable })
-	sp.Enqueue(ctx, "j", []byte("{}"), false, 10)
+	sp.Enqueue(ctx, spool.NewJob{ID: "j", Request: []byte("{}")}, 10)
 	sp.AddReport(ctx, "j", spool.Report{Kind: spool.KindStatus, Body: []byte(`{"status":"RUNNING"}`)})
 	sp.Finish(ctx, "j", spool.StateFailed, "PULLING", "x", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"FAILED"}`)})
 	r := New(sp, func() Settings {
 		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: time.Millisecond, RetryMax: 2 * time.Millisecond, ProgressAttempts: 3}
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	for i := 0; i < 40; i++ {
 		r.DeliverDue(ctx)
 		time.Sleep(3 * time.Millisecond)
@@ -163,7 +163,7 @@ func TestRedirectIsNeverFollowed(t *testing.T) {
 		http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
 	}))
 	defer redirector.Close()
-	sp.Enqueue(ctx, "j", []byte("{}"), false, 10)
+	sp.Enqueue(ctx, spool.NewJob{ID: "j", Request: []byte("{}")}, 10)
 	sp.Finish(ctx, "j", spool.StateBuilt, "READY", "", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"BUILT"}`)})
 	var retries int
 	r := New(sp, func() Settings {
@@ -172,7 +172,7 @@ func TestRedirectIsNeverFollowed(t *testing.T) {
 		if outcome == OutcomeRetry {
 			retries++
 		}
-	})
+	}, nil)
 	if err := r.DeliverDue(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestSlowAnswerHoldsUpNoOtherJob(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	for _, job := range []string{"slow", "fast"} {
-		if _, err := sp.Enqueue(ctx, job, []byte("{}"), false, 10); err != nil {
+		if _, err := sp.Enqueue(ctx, spool.NewJob{ID: job, Request: []byte("{}")}, 10); err != nil {
 			t.Fatal(err)
 		}
 		for i, kind := range []string{spool.KindStatus, spool.KindFingerprint, spool.KindPull} {
@@ -229,7 +229,7 @@ func TestSlowAnswerHoldsUpNoOtherJob(t *testing.T) {
 	}
 	r := New(sp, func() Settings {
 		return Settings{BaseURL: srv.URL, Timeout: time.Minute, RetryInitial: time.Second, RetryMax: time.Second, ProgressAttempts: 3}
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go r.Run(runCtx)
@@ -297,7 +297,7 @@ func fullSpool(t *testing.T) (*spool.Spool, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	if _, err := sp.Enqueue(ctx, "j", []byte("{}"), false, 10); err != nil {
+	if _, err := sp.Enqueue(ctx, spool.NewJob{ID: "j", Request: []byte("{}")}, 10); err != nil {
 		t.Fatal(err)
 	}
 	if err := sp.Finish(ctx, "j", spool.StateBuilt, "READY", "", spool.Report{Kind: spool.KindTerminal, Body: []byte(`{"status":"BUILT"}`)}); err != nil {
@@ -334,7 +334,7 @@ func TestFullSpoolDiskDoesNotSpin(t *testing.T) {
 	r := New(sp, func() Settings {
 		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: 20 * time.Millisecond,
 			RetryMax: 200 * time.Millisecond, ProgressAttempts: 3}
-	}, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	}, slog.New(slog.NewTextHandler(&logs, nil)), nil, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(runCtx) }()
@@ -397,7 +397,7 @@ func TestFullSpoolDiskRetryBacksOff(t *testing.T) {
 	r := New(sp, func() Settings {
 		return Settings{BaseURL: master.URL(), Timeout: time.Second, RetryInitial: 100 * time.Millisecond,
 			RetryMax: time.Second, ProgressAttempts: 3}
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(runCtx) }()

@@ -42,7 +42,7 @@ func TestCheckTransportOncePerAddress(t *testing.T) {
 	var mu sync.Mutex
 	s := Settings{BaseURL: "http://127.0.0.1:8089", Token: "secret-token"}
 	var logs bytes.Buffer
-	r := New(nil, func() Settings { mu.Lock(); defer mu.Unlock(); return s }, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	r := New(nil, func() Settings { mu.Lock(); defer mu.Unlock(); return s }, slog.New(slog.NewTextHandler(&logs, nil)), nil, nil)
 	set := func(url string) {
 		mu.Lock()
 		s.BaseURL = url

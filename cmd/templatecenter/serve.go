@@ -81,10 +81,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if objects != nil {
 		logger.Info("artifacts kept in the blob store", "backend", objects.Backend(), "keep_local", cfg.ArtifactStore.KeepLocal)
 	}
+	tp, err := setupTracing(ctx, stderr, logger)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tp, logger)
 	load := func() (*config.Config, error) { return config.Load(os.LookupEnv, logger) }
 	opts := agent.Options{Config: cfg, Load: load, Spool: sp, Builder: builder, Objects: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog,
-		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}}
+		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}, TracerProvider: tp}
 	db, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open CubeMaster's database (instance_db_config): %w", err)

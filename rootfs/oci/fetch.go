@@ -198,8 +198,10 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 					continue
 				}
 				lt := tr.layer(j.layer.Size, j.uses)
-				_, err := l.store.Acquire(ctx, hex, j.layer.Size, img.src.key(),
+				lctx, endSpan := layerSpan(ctx, j.index, j.layer)
+				fromCache, err := l.store.Acquire(lctx, hex, j.layer.Size, img.src.key(),
 					func(ctx context.Context) error { return download(ctx, l.store, img.src, j.index, j.layer, lt) })
+				endSpan(fromCache, err)
 				l.mu.Lock()
 				if err != nil {
 					if firstErr == nil || (isCtxErr(firstErr) && !isCtxErr(err)) {

@@ -32,11 +32,13 @@ const tokenHeader = "X-Cube-Template-Callback-Token"
 
 // Callback is one status report as received.
 type Callback struct {
-	JobID  string
-	Body   map[string]any
-	Token  string
-	Status int // what the stand-in answered
-	At     time.Time
+	JobID string
+	Body  map[string]any
+	Token string
+	// Traceparent is the W3C trace context header the callback carried.
+	Traceparent string
+	Status      int // what the stand-in answered
+	At          time.Time
 }
 
 // Field returns a string field of the report ("" when absent).
@@ -178,7 +180,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	if status == http.StatusOK {
 		status, msg = s.guardTerminal(jobID, body, true)
 	}
-	s.callbacks = append(s.callbacks, Callback{JobID: jobID, Body: body, Token: token, Status: status, At: time.Now()})
+	s.callbacks = append(s.callbacks, Callback{JobID: jobID, Body: body, Token: token,
+		Traceparent: r.Header.Get("traceparent"), Status: status, At: time.Now()})
 	close(s.changed)
 	s.changed = make(chan struct{})
 	w.Header().Set("Content-Type", "application/json")

@@ -24,15 +24,15 @@ type rule struct {
 // rules is the architecture. A package with no rule fails the test, so a
 // new package is placed in the graph on purpose.
 var rules = []rule{
-	{"cmd/templatecenter", []string{"agent", "agent/api", "agent/config", "agent/blobstore", "agent/masterdb", "agent/liveprogress",
+	{"cmd/templatecenter", []string{"agent", "agent/api", "agent/config", "agent/blobstore", "agent/masterdb", "agent/liveprogress", "agent/tracing",
 		"spool", "rootfs", "rootfs/inspect", "rootfs/layercodec"}},
 	{"cmd/tcdemo", []string{"test/..."}},
 	// The daemon shell wires the packages below it.
 	{"agent", []string{"agent/...", "spool", "rootfs"}},
 	{"agent/api", nil},
 	// The build jobs use the artifacts; the artifacts know no job.
-	{"agent/jobs", []string{"agent/api", "agent/artifacts", "agent/config", "agent/masterdb", "spool", "rootfs"}},
-	{"agent/artifacts", []string{"agent/api", "agent/blobstore", "agent/config", "agent/masterdb", "spool", "rootfs"}},
+	{"agent/jobs", []string{"agent/api", "agent/artifacts", "agent/config", "agent/masterdb", "agent/tracing", "spool", "rootfs"}},
+	{"agent/artifacts", []string{"agent/api", "agent/blobstore", "agent/config", "agent/masterdb", "agent/tracing", "spool", "rootfs"}},
 	// Test helpers opening the test S3 server as a blob store.
 	{"agent/blobstore/blobstoretest", []string{"agent/blobstore", "test/..."}},
 	// Configuration and the blob store name backends as the wire
@@ -45,7 +45,10 @@ var rules = []rule{
 	// So does the publisher of live pull progress to CubeMaster's Redis,
 	// which shares the wire contract's progress type.
 	{"agent/liveprogress", []string{"agent/api"}},
-	{"agent/report", []string{"agent/api", "spool"}},
+	// The reporter continues each job's stored trace context.
+	{"agent/report", []string{"agent/api", "agent/tracing", "spool"}},
+	// Tracing knows only OpenTelemetry and the W3C headers.
+	{"agent/tracing", nil},
 	{"spool", nil},
 	{"rootfs", []string{"rootfs/..."}},
 	{"rootfs/...", []string{"rootfs/..."}},

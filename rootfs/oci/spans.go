@@ -1,0 +1,30 @@
+package oci
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// SpanLayerFetch is the span of making one layer blob available: from the
+// layer cache, or downloaded into it.
+const SpanLayerFetch = "cubetemplatecenter.template.image.layer.fetch"
+
+// layerSpan starts the fetch span of layer l (index i in the manifest)
+// under the caller's span, from the caller's tracer provider: none when the
+// caller traces nothing.
+func layerSpan(ctx context.Context, i int, l Layer) (context.Context, func(fromCache bool, err error)) {
+	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/cubesandbox/cubetemplatecenter/rootfs").
+		Start(ctx, SpanLayerFetch, trace.WithAttributes(attribute.String("oci.layer.digest", l.Digest.String()),
+			attribute.Int("oci.layer.index", i), attribute.Int64("oci.layer.size", l.Size)))
+	return ctx, func(fromCache bool, err error) {
+		span.SetAttributes(attribute.Bool("cache_hit", fromCache))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
