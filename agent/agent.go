@@ -351,7 +351,9 @@ func (a *Agent) statusLoop(ctx context.Context) {
 		q, r, err := a.spool.Counts(ctx)
 		if err == nil {
 			o, _ := a.spool.OutboxDepth(ctx)
-			s := fmt.Sprintf("STATUS=%d queued, %d running, %d reports pending", q, r, o)
+			// Jobs of one fingerprint share a build: builds <= running.
+			_, builds := a.exec.Busy()
+			s := fmt.Sprintf("STATUS=%d queued, %d running, %d builds, %d reports pending", q, r, builds, o)
 			if s != last {
 				a.notify(s)
 				last = s
