@@ -412,6 +412,13 @@ func TestStaticBuildRefusesSpool(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
 	}
+	// make build refuses it up front.
+	mk := exec.Command("make", "-s", "-C", filepath.Join("..", ".."), "cgo-check")
+	mk.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := mk.CombinedOutput(); err == nil || !strings.Contains(string(out), "CGO_ENABLED=1") {
+		t.Errorf("CGO_ENABLED=0 make cgo-check = %v, %s; want a refusal saying to build with CGO_ENABLED=1", err, out)
+	}
+
 	out, err := exec.Command(bin, "version", "--json").Output()
 	if err != nil || !strings.Contains(string(out), `"cgo": false`) {
 		t.Errorf("static templatecenter version --json = %v, %s; want cgo false", err, out)
