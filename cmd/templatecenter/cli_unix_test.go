@@ -179,7 +179,9 @@ func newFakeInstall(t *testing.T, port int, envText string) fakeInstall {
 	return fi
 }
 
-func (fi fakeInstall) env() []string { return append(minimalEnv()[:2], sysconfDirEnv+"="+fi.dir) }
+// env is a shell environment with nothing exported but the install's
+// directory (the last of duplicate variables wins).
+func (fi fakeInstall) env() []string { return append(minimalEnv(), sysconfDirEnv+"="+fi.dir) }
 
 // fakeAgent answers cancel requests as the agent does: 200 with the right
 // token, 401 otherwise. The function returns the token of the next request
@@ -474,4 +476,34 @@ func fileSum(t *testing.T, path string) [32]byte {
 		t.Fatal(err)
 	}
 	return sha256.Sum256(data)
+}
+
+// TestReadEnvFile: the systemd EnvironmentFile= syntax the service's file
+// uses; a malformed line is an error that does not show the line.
+func TestReadEnvFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "templatecenter.env")
+	text := "# comment\n; comment\n\nA=plain\n  B = spaced  \nC=\"double \\\"quoted\\\"\"\nD='single'\nE=\nF=a=b\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readEnvFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"A": "plain", "B": "spaced", "C": `double "quoted"`, "D": "single", "E": "", "F": "a=b"}
+	if len(got) != len(want) {
+		t.Errorf("readEnvFile = %q, want %q", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("readEnvFile: %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if err := os.WriteFile(path, []byte("A=1\nsecret-without-equals\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readEnvFile(path); err == nil || !strings.Contains(err.Error(), "line 2") || strings.Contains(err.Error(), "secret") {
+		t.Errorf("readEnvFile with a malformed line: %v; want an error naming line 2, not its content", err)
+	}
 }
