@@ -38,13 +38,13 @@ BUILD_HEADERS  := isa-l/igzip_lib.h
 # Shared libraries make test expects to load (TC_EXPECT_ISAL=1).
 TEST_LIBS      := libisal.so.2
 
-.PHONY: all build build-deps demo test test-unit test-no-isal vet fmt-check tidy-check deps clean
+.PHONY: all build build-deps cgo-check demo test test-unit test-no-isal vet fmt-check tidy-check deps clean
 
 all: build
 
 build: $(BIN)
 
-$(BIN): build-deps FORCE
+$(BIN): build-deps cgo-check FORCE
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd/templatecenter
 
 FORCE:
@@ -76,6 +76,15 @@ tidy-check:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## cgo-check: refuse to build without cgo. The agent's SQLite spool needs
+## it: a CGO_ENABLED=0 binary compiles, but its agent and jobs stop at the
+## spool (only build, inspect and version work).
+cgo-check:
+	@cgo=$$($(GO) env CGO_ENABLED); test "$$cgo" = 1 || { \
+	  echo "cgo is off (go env CGO_ENABLED=$$cgo): the agent's SQLite spool needs it." >&2; \
+	  echo "Build with CGO_ENABLED=1 and a C compiler (CC=$(CC)); a CGO_ENABLED=0 binary runs only build, inspect and version." >&2; \
+	  exit 1; }
 
 ## build-deps: install ISA-L's header (libisal-dev) when it is missing.
 build-deps:

@@ -456,9 +456,9 @@ do_install() {
 	fi
 	wait_health
 	if $upgrade; then
-		summary "upgraded in place to $("$BIN" version)"
+		summary "upgraded in place to $("$BIN" version | head -n1)"
 	else
-		summary "installed $("$BIN" version)"
+		summary "installed $("$BIN" version | head -n1)"
 	fi
 }
 

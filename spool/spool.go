@@ -13,8 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	// The cgo SQLite driver registers itself as "sqlite3".
-	"github.com/mattn/go-sqlite3"
+	// The cgo SQLite driver registers itself as "sqlite3" (a stub that
+	// fails every connection without cgo: see haveCgo).
+	_ "github.com/mattn/go-sqlite3"
 )
 
 // Sentinel errors callers branch on.
@@ -30,6 +31,9 @@ var (
 	ErrFinished = errors.New("job already finished")
 	// ErrCorrupt means the database file failed its integrity check.
 	ErrCorrupt = errors.New("spool is corrupt")
+	// ErrNoCgo means the binary was built without cgo and so has no
+	// SQLite driver: a build problem, not the spool's.
+	ErrNoCgo = errors.New("built without cgo, which the SQLite spool needs")
 	// ErrCannotWrite means the spool's storage refused a write (disk
 	// full, I/O error, read-only): nothing was committed, and the same
 	// write may succeed once the operator fixes the volume.
@@ -150,6 +154,12 @@ func dsn(path string, readOnly bool, synchronous string) string {
 }
 
 func open(ctx context.Context, path string, readOnly bool) (*Spool, error) {
+	if !haveCgo {
+		// The spool is fine; the binary is not. Say so before the
+		// driver's stub answers with an error that looks like the file's.
+		return nil, fmt.Errorf("open spool %s: %w: this binary was built with CGO_ENABLED=0; rebuild it with cgo "+
+			"(make build, or install the deb or rpm). The spool was not touched and keeps its queued jobs", path, ErrNoCgo)
+	}
 	// NORMAL in WAL mode: a commit is written to the WAL, not synced.
 	db, err := sql.Open("sqlite3", dsn(path, readOnly, "NORMAL"))
 	if err != nil {
@@ -177,7 +187,10 @@ func open(ctx context.Context, path string, readOnly bool) (*Spool, error) {
 func (s *Spool) check(ctx context.Context, readOnly bool) error {
 	var result string
 	if err := s.db.QueryRowContext(ctx, "PRAGMA quick_check").Scan(&result); err != nil {
-		return fmt.Errorf("open spool %s: %w (the file was left in place; move it aside to start with an empty spool)", s.path, classify(err))
+		// No advice to move the file: the cause may be outside it (its
+		// directory's permissions, a lock, the build), and the file holds
+		// queued jobs and undelivered reports.
+		return fmt.Errorf("open spool %s: %w (the file was left in place)", s.path, classify(err))
 	}
 	if result != "ok" {
 		return fmt.Errorf("open spool %s: %w: %s (the file was left in place)", s.path, ErrCorrupt, result)
@@ -267,21 +280,6 @@ func txOn(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 		return storageError(fmt.Errorf("commit transaction: %w", err))
 	}
 	return nil
-}
-
-// storageError marks err with ErrCannotWrite when SQLite failed for want
-// of writable storage rather than for anything in the data, so callers
-// can answer "try again later" instead of a final failure.
-func storageError(err error) error {
-	var se sqlite3.Error
-	if !errors.As(err, &se) {
-		return err
-	}
-	switch se.Code {
-	case sqlite3.ErrFull, sqlite3.ErrIoErr, sqlite3.ErrReadonly, sqlite3.ErrCantOpen:
-		return fmt.Errorf("%w: %w", ErrCannotWrite, err)
-	}
-	return err
 }
 
 func (s *Spool) nowMS() int64 { return s.now().UnixMilli() }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -38,26 +39,52 @@ type buildResult struct {
 	DurationSeconds float64            `json:"duration_seconds"`
 }
 
+var buildCmd = command{name: "build", synopsis: []string{
+	"build --image REF [--envd FILE] [--ca FILE | --no-ca] [--out DIR] [--cache DIR] [--username U --password-stdin] [--insecure]"},
+	about: `
+Build a template image without an agent or CubeMaster: pull REF (a registry
+reference, oci-layout:DIR[:TAG] or docker-archive:FILE), write
+OUT/<artifact_id>/<artifact_id>.ext4 and print the result as JSON. A
+progress bar shows on a terminal. Layers are cached in
+$XDG_CACHE_HOME/cube-templatecenter/layers (~/.cache/cube-templatecenter/layers
+without XDG_CACHE_HOME), or in --cache; remove the directory to reclaim the
+space.`}
+
 // build makes a template image without an agent or CubeMaster.
 func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("build", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet(buildCmd)
 	image := fs.String("image", "", "image reference (registry ref, oci-layout:DIR[:TAG], docker-archive:FILE)")
 	envdPath := fs.String("envd", "", "envd binary to install at /usr/local/bin/envd")
 	caPath := fs.String("ca", "/etc/cube/ca/cube-root-ca.crt", "egress CA certificate to bake in")
 	noCA := fs.Bool("no-ca", false, "do not bake the egress CA")
 	out := fs.String("out", "out", "artifact store directory: the image lands in OUT/<artifact_id>/<artifact_id>.ext4")
-	cache := fs.String("cache", defaultCacheDir(), "layer cache directory")
+	cache := fs.String("cache", "", "layer cache directory (default: $XDG_CACHE_HOME/cube-templatecenter/layers, else ~/.cache/cube-templatecenter/layers)")
 	username := fs.String("username", "", "registry username")
 	passwordStdin := fs.Bool("password-stdin", false, "read the registry password from standard input")
 	insecure := fs.Bool("insecure", false, "reach the image's registry over plain HTTP")
 	platform := fs.String("platform", "linux/"+runtime.GOARCH, "platform to pick from a multi-platform image")
 	writable := fs.String("writable-layer-size", "20Gi", "writable_layer_size of the template spec (fingerprint input)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: build: %v", errUsage, err)
+	operands, err := parseArgs(fs, buildCmd, args, stdout)
+	if err != nil {
+		return err
 	}
-	if *image == "" || fs.NArg() != 0 {
-		return fmt.Errorf("%w: build --image REF [--envd FILE] [--ca FILE|--no-ca] [--out DIR] [--username U --password-stdin] [--insecure]", errUsage)
+	switch {
+	case len(operands) != 0:
+		return usageError(buildCmd, "takes no arguments, got %q", operands)
+	case *image == "":
+		return usageError(buildCmd, "--image is required")
+	case *noCA && isSet(fs, "ca"):
+		return usageError(buildCmd, "--ca and --no-ca contradict each other")
+	case *passwordStdin && *username == "":
+		return usageError(buildCmd, "--password-stdin needs --username")
+	}
+	if strings.TrimSpace(*writable) == "" {
+		return usageError(buildCmd, "--writable-layer-size must not be empty")
+	}
+	if *cache == "" {
+		if *cache, err = defaultCacheDir(os.Getenv); err != nil {
+			return err
+		}
 	}
 	parsed, err := rootfs.ValidateImageRef(*image)
 	if err != nil {
@@ -140,11 +167,27 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		CATargets: art.CATargets, DurationSeconds: time.Since(began).Seconds()})
 }
 
-func defaultCacheDir() string {
-	if dir, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(dir, "cube-templatecenter", "layers")
+// defaultCacheDir is where build keeps its layer cache without --cache:
+// the user's cache directory of the XDG base directory specification
+// (a relative $XDG_CACHE_HOME is ignored, as the specification says), so
+// it survives between builds and never lands in the current directory.
+func defaultCacheDir(getenv func(string) string) (string, error) {
+	base := getenv("XDG_CACHE_HOME")
+	if !filepath.IsAbs(base) {
+		home := getenv("HOME")
+		if !filepath.IsAbs(home) {
+			return "", errors.New("no cache directory for the layers: neither XDG_CACHE_HOME nor HOME is an absolute path; pass --cache DIR")
+		}
+		base = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(os.TempDir(), "cube-templatecenter-layers")
+	return filepath.Join(base, "cube-templatecenter", "layers"), nil
+}
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // progressBar draws build progress on a terminal and stays silent otherwise.

@@ -248,7 +248,8 @@ func newHarness(t testing.TB, masterURL, token string) *harness {
 		spoolPath:  filepath.Join(dir, "state", "spool.db"),
 		port:       freePort(t),
 	}
-	h.env = map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": h.configPath}
+	// No installed configuration of the host leaks in (templatecenter.env).
+	h.env = map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": h.configPath, sysconfDirEnv: filepath.Join(dir, "no-install")}
 	if masterURL != "" {
 		h.env["CUBE_MASTER_ADDR"] = masterURL
 	}
@@ -634,7 +635,7 @@ func (s jobShow) terminalPending() (pendingReport, bool) {
 // spool, read-only, and decodes its output.
 func (h *harness) showJob(jobID string) jobShow {
 	h.t.Helper()
-	res := runCLI(h.t, h.environ(), "jobs", "show", jobID, "-spool", h.spoolPath)
+	res := runCLI(h.t, h.environ(), "jobs", "show", jobID, "-json", "-spool", h.spoolPath)
 	if res.code != 0 {
 		h.t.Fatalf("templatecenter jobs show %s: exit %d, stderr %q", jobID, res.code, res.stderr)
 	}

@@ -5,10 +5,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 )
 
@@ -48,14 +50,16 @@ Commands:
   jobs [list]        list jobs in the spool (read-only; safe while the agent runs)
   jobs show JOB_ID   show one job and its pending reports
   jobs cancel JOB_ID cancel a queued or running job (asks the running agent)
-  build --image REF  build a template image without an agent (see build -h)
+  build --image REF  build a template image without an agent
   inspect IMG [PATH] list a directory (default /) or print a file of a template
                      image, without mounting it
-  version            print the version
+  version            print the version, revision and Go version
+  help               print this help
 
-The agent reads its configuration from the YAML file named by
-CUBE_TEMPLATE_CENTER_CONFIG_PATH (built-in defaults when unset); see the
-README for keys and environment overrides.
+Every command takes -h or --help for its flags. The agent reads its
+configuration from the YAML file named by CUBE_TEMPLATE_CENTER_CONFIG_PATH
+(built-in defaults when unset); jobs also finds an installed
+/etc/cube-templatecenter. See templatecenter(8).
 `
 
 func main() {
@@ -64,7 +68,7 @@ func main() {
 
 func exitCode(err error, stderr io.Writer) int {
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, errHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		fmt.Fprintln(stderr, err)
@@ -75,29 +79,115 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 }
 
+// stdio are a command's standard streams.
+type stdio struct {
+	in          io.Reader
+	out, errOut io.Writer
+}
+
+// commandFunc runs one command with the arguments after its name.
+type commandFunc func(ctx context.Context, args []string, std stdio) error
+
+// commands maps each command name (and alias) to its function; a new
+// command is one entry here and one line in usage.
+func commands() map[string]commandFunc {
+	help := func(_ context.Context, _ []string, std stdio) error {
+		fmt.Fprint(std.out, usage)
+		return nil
+	}
+	m := map[string]commandFunc{
+		"serve": serveCommand,
+		"jobs": func(ctx context.Context, args []string, std stdio) error {
+			return jobs(ctx, args, std.out, std.errOut)
+		},
+		"build": func(ctx context.Context, args []string, std stdio) error {
+			return build(ctx, args, std.in, std.out, std.errOut)
+		},
+		"inspect": func(ctx context.Context, args []string, std stdio) error {
+			return inspectImage(ctx, args, std.out)
+		},
+		"version": versionCommand,
+		"help":    help,
+	}
+	for _, alias := range []string{"--version", "-version", "-v"} {
+		m[alias] = versionCommand
+	}
+	for _, alias := range []string{"--help", "-help", "-h"} {
+		m[alias] = help
+	}
+	return m
+}
+
 // Run executes one command line.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	cmd := "serve"
+	name := "serve"
 	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
+		name, args = args[0], args[1:]
 	}
-	switch cmd {
-	case "serve":
-		return serve(ctx, args, stderr)
-	case "jobs":
-		return jobs(ctx, args, stdout)
-	case "build":
-		return build(ctx, args, stdin, stdout, stderr)
-	case "inspect":
-		return inspectImage(ctx, args, stdout)
-	case "version", "--version", "-version", "-v":
-		fmt.Fprintln(stdout, "templatecenter", Version)
-		return nil
-	case "help", "--help", "-help", "-h":
-		fmt.Fprint(stdout, usage)
-		return nil
-	default:
+	run, ok := commands()[name]
+	if !ok {
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+		return fmt.Errorf("%w: unknown command %q", errUsage, name)
 	}
+	return run(ctx, args, stdio{in: stdin, out: stdout, errOut: stderr})
+}
+
+var serveCmd = command{name: "serve", synopsis: []string{"[serve]"}, about: `
+Run the agent: serve the build API CubeMaster calls, build template images
+and report each job back. Under systemd the socket unit starts it. It takes
+no arguments: the configuration comes from the file named by
+CUBE_TEMPLATE_CENTER_CONFIG_PATH and from the environment (see
+templatecenter(8) and the README). SIGHUP reloads it; SIGTERM stops
+gracefully.`}
+
+// serveCommand answers serve's help and flags; serve itself takes none.
+func serveCommand(ctx context.Context, args []string, std stdio) error {
+	fs := newFlagSet(serveCmd)
+	operands, err := parseArgs(fs, serveCmd, args, std.out)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, operands, std.errOut)
+}
+
+var versionCmd = command{name: "version", synopsis: []string{"version [--json]"}, about: `
+Print the version, the VCS revision it was built from and the Go version
+(and, with --json, whether cgo, which the agent's SQLite spool needs, was
+on).`}
+
+// versionInfo is what `templatecenter version --json` prints.
+type versionInfo struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision"`
+	GoVersion string `json:"go_version"`
+	Platform  string `json:"platform"`
+	Cgo       bool   `json:"cgo"`
+}
+
+func versionCommand(_ context.Context, args []string, std stdio) error {
+	fs := newFlagSet(versionCmd)
+	asJSON := fs.Bool("json", false, "print JSON")
+	operands, err := parseArgs(fs, versionCmd, args, std.out)
+	if err != nil {
+		return err
+	}
+	if len(operands) != 0 {
+		return usageError(versionCmd, "takes no arguments")
+	}
+	v := versionInfo{Version: Version, Revision: revision(), GoVersion: runtime.Version(),
+		Platform: runtime.GOOS + "/" + runtime.GOARCH, Cgo: cgoEnabled}
+	if *asJSON {
+		enc := json.NewEncoder(std.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	rev := v.Revision
+	if rev == "" {
+		rev = "unknown"
+	}
+	fmt.Fprintf(std.out, "templatecenter %s\nrevision: %s\ngo: %s %s\n", v.Version, rev, v.GoVersion, v.Platform)
+	if !v.Cgo {
+		fmt.Fprintln(std.out, "cgo: off (the agent and jobs cannot open the SQLite spool; build and inspect work)")
+	}
+	return nil
 }
