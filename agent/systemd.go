@@ -103,8 +103,9 @@ func (a *Agent) Reload() error {
 	a.exec.Wake()
 	a.reporter.CheckTransport() // master.addr may have changed
 	a.reporter.Wake()
-	a.logger.Info("configuration reloaded", "outcome", "applied", "log_level", next.Log.Level, "max_concurrent_builds", next.Build.MaxConcurrentBuilds,
-		"queue_size", next.Build.QueueSize, "heartbeat_interval", next.Build.HeartbeatInterval, "master", next.Master.Addr)
+	a.logger.Info("configuration reloaded", "log_level", next.Log.Level, "max_concurrent_builds", next.Build.MaxConcurrentBuilds,
+		"queue_size", next.Build.QueueSize, "heartbeat_interval", next.Build.HeartbeatInterval, "master", next.Master.Addr,
+		"outcome", "applied")
 	return nil
 }
 

@@ -438,13 +438,15 @@ func (c *Config) parse(r io.Reader, name string, strict bool, rep *Report) error
 	w := &walker{name: name, rep: rep, upstream: map[string]*yaml.Node{}}
 	w.walk(doc.Content[0], reflect.TypeOf(*c), "")
 	errs := w.applyUpstream(c)
-	if strict || c.ConfigFile.Strict {
-		for _, u := range w.unknown {
-			errs = append(errs, fmt.Errorf("%s (strict: unknown keys are errors)", u))
+	for _, u := range w.unknown {
+		hint := ""
+		if u.suggestion != "" {
+			hint = fmt.Sprintf("; did you mean %q?", u.suggestion)
 		}
-	} else {
-		for _, u := range w.unknown {
-			rep.warn(false, "%s ignored", u)
+		if strict || c.ConfigFile.Strict {
+			errs = append(errs, fmt.Errorf("%s: unknown keys are errors in strict mode%s", u.what, hint))
+		} else {
+			rep.warn(false, "%s ignored%s", u.what, hint)
 		}
 	}
 	return errors.Join(errs...)
@@ -458,7 +460,7 @@ type walker struct {
 	rep      *Report
 	upstream map[string]*yaml.Node // upstream key → its key node
 	values   map[string]*yaml.Node // upstream key → its value node
-	unknown  []string
+	unknown  []unknownKey
 	// dbSection is set when instance_db_config is a mapping.
 	dbSection bool
 }
@@ -500,14 +502,14 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, prefix string) {
 		case upstreamSection(key) && v.Kind == yaml.MappingNode:
 			w.walk(v, nil, key+".")
 		default:
-			u := fmt.Sprintf("unknown key %q (line %d)", key, k.Line)
-			if s := suggest(key); s != "" {
-				u += fmt.Sprintf("; did you mean %q?", s)
-			}
-			w.unknown = append(w.unknown, u)
+			w.unknown = append(w.unknown, unknownKey{fmt.Sprintf("unknown key %q (line %d)", key, k.Line), suggest(key)})
 		}
 	}
 }
+
+// unknownKey is a key of the file that matches no setting, with the known
+// key it is closest to ("" for none).
+type unknownKey struct{ what, suggestion string }
 
 // envOverride maps an environment variable (and its deprecated aliases) to
 // a setter of the setting key.
@@ -564,7 +566,7 @@ func (c *Config) applyEnv(env Env, rep *Report) {
 			}
 			switch {
 			case o.fileOnly:
-				rep.warn(true, "%s is deprecated, set %s in the configuration file (applied, over the file's value)", name, o.key)
+				rep.warn(true, "%s is deprecated: set %s in the configuration file (the variable is applied meanwhile, over the file)", name, o.key)
 			case i > 0:
 				rep.warn(true, "%s is deprecated, use %s", name, o.names[0])
 			}

@@ -46,7 +46,7 @@ func (c *Config) flatten() []Setting {
 			i = j + 1
 		}
 	}
-	extra := []Setting{{Key: "master.token", Value: Secret(c.Master.Token).String()},
+	extra := []Setting{{Key: "master.token", Value: formatValue(reflect.ValueOf(Secret(c.Master.Token)))},
 		{Key: "master.insecure_no_token", Value: strconv.FormatBool(c.Master.InsecureNoToken)}}
 	return slices.Insert(out, i, extra...)
 }
@@ -71,6 +71,9 @@ func flattenValue(v reflect.Value, prefix string, out *[]Setting) {
 func formatValue(v reflect.Value) string {
 	switch {
 	case v.Type() == secretType:
+		if v.String() == "" {
+			return `""`
+		}
 		return v.Interface().(Secret).String()
 	case v.Type() == durationType:
 		return v.Interface().(time.Duration).String()

@@ -44,13 +44,17 @@ CubeTemplateCenter turns OCI images into ext4 template root filesystems for
 Cube Sandbox microVMs.
 
 Commands:
-  serve              run the agent (the default when no command is given)
+  serve              run the agent (the default when no command is given);
+                     --strict-config makes unknown configuration keys fatal
   jobs [list]        list jobs in the spool (read-only; safe while the agent runs)
   jobs show JOB_ID   show one job and its pending reports
   jobs cancel JOB_ID cancel a queued or running job (asks the running agent)
   build --image REF  build a template image without an agent (see build -h)
   inspect IMG [PATH] list a directory (default /) or print a file of a template
                      image, without mounting it
+  check-config       check the configuration as serve would read it: every
+                     setting with its source (secrets redacted), warnings;
+                     exit 1 when invalid (see check-config -h)
   version            print the version
 
 The agent reads its configuration from the YAML file named by
@@ -66,6 +70,8 @@ func exitCode(err error, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, errInvalidConfig):
+		return 1 // check-config printed the errors
 	case errors.Is(err, errUsage):
 		fmt.Fprintln(stderr, err)
 		return 2
@@ -86,6 +92,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return serve(ctx, args, stderr)
 	case "jobs":
 		return jobs(ctx, args, stdout)
+	case "check-config":
+		return checkConfig(args, stdout, stderr)
 	case "build":
 		return build(ctx, args, stdin, stdout, stderr)
 	case "inspect":

@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,14 +24,25 @@ import (
 )
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	if len(args) > 0 {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	strict := fs.Bool("strict-config", false, "make unknown configuration keys fatal (also config.strict: true or "+config.StrictEnv+"=true)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: serve takes no arguments (configure with %s)", errUsage, config.PathEnv)
 	}
+	loadOpts := config.Options{Strict: *strict}
 	level := new(slog.LevelVar)
 	// The configuration's warnings are held until it says which format
 	// to write them in.
 	var held heldRecords
-	cfg, err := config.Load(os.LookupEnv, held.logger())
+	cfg, report, err := config.Read(os.LookupEnv, loadOpts)
+	report.Log(held.logger(), true)
 	if err != nil {
 		held.replay(ctx, newLogger(stderr, "text", level).Handler())
 		return fmt.Errorf("load configuration: %w", err)
@@ -86,7 +98,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer shutdownTracing(tp, logger)
-	load := func() (*config.Config, error) { return config.Load(os.LookupEnv, logger) }
+	// A reload reads exactly as the start did (and as check-config does);
+	// the environment's warnings were logged at start and cannot change.
+	load := func() (*config.Config, error) {
+		cfg, report, err := config.Read(os.LookupEnv, loadOpts)
+		report.Log(logger, false)
+		return cfg, err
+	}
 	opts := agent.Options{Config: cfg, Load: load, Spool: sp, Builder: builder, Objects: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog,
 		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}, TracerProvider: tp}
@@ -158,7 +176,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	})
 	var watcher *agent.ConfigWatcher
-	if path, ok := os.LookupEnv(config.PathEnv); ok && strings.TrimSpace(path) != "" {
+	if path := report.Path; path != "" {
 		watcher, err = agent.WatchConfig(runCtx, path, logger, func() {
 			logger.Info("configuration file changed, reloading", "path", path)
 			a.Reload()

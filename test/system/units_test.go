@@ -137,7 +137,10 @@ func TestUnitsContract(t *testing.T) {
 		{svc, "Type", "notify"},
 		{svc, "NotifyAccess", "main"},
 		{svc, "Restart", "on-failure"},
-		{svc, "ExecReload", "kill -HUP $MAINPID"},
+		// A reload (and a start) is refused, visibly, when the configuration
+		// is invalid: check-config runs first.
+		{svc, "ExecStartPre", "/usr/bin/templatecenter check-config -q"},
+		{svc, "ExecReload", "/usr/bin/templatecenter check-config -q"},
 		{svc, "Environment", "CUBE_TEMPLATE_CENTER_CONFIG_PATH=/etc/cube-templatecenter/conf.yaml"},
 		{svc, "EnvironmentFile", "-/etc/cube-templatecenter/templatecenter.env"},
 		{svc, "User", "cube-templatecenter"},
@@ -161,6 +164,9 @@ func TestUnitsContract(t *testing.T) {
 		if got := w.keys[w.key]; len(got) == 0 || got[0] != w.val {
 			t.Errorf("%s=%q, want %q", w.key, got, w.val)
 		}
+	}
+	if got := svc["ExecReload"]; len(got) != 2 || got[1] != "kill -HUP $MAINPID" {
+		t.Errorf("ExecReload=%q, want check-config, then the signal", got)
 	}
 	if got := svc["RequiresMountsFor"]; len(got) != 1 || !strings.Contains(" "+got[0]+" ", " "+config.Default().Store.Dir+" ") {
 		t.Errorf("RequiresMountsFor=%q does not name the store %s", got, config.Default().Store.Dir)
