@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -165,5 +166,29 @@ func TestServeStrictConfig(t *testing.T) {
 	res := runCLI(t, []string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH=" + path, "CUBE_TEMPLATE_CALLBACK_TOKEN=x"}, "serve", "--strict-config")
 	if res.code != 1 || !strings.Contains(res.stderr, `did you mean "build.max_concurrent_builds"`) {
 		t.Errorf("serve --strict-config: exit %d\n%s", res.code, res.stderr)
+	}
+}
+
+// TestUpstreamWarningsAtStartAndReload: the agent logs an upstream
+// variable it ignores once, at start; a reload (SIGHUP) logs the file's
+// warnings again, which the file may have changed, but not the
+// environment's, which it cannot.
+func TestUpstreamWarningsAtStartAndReload(t *testing.T) {
+	t.Parallel()
+	cm := startCubeMaster(t, testToken)
+	h := newHarness(t, cm.URL(), testToken)
+	h.set("log.path", "/data/log/CubeTemplateCenter")
+	p := h.startAgent("agent", "CUBE_AUTO_MIGRATION=false")
+	p.waitLine(t, "level=WARN", "CUBE_AUTO_MIGRATION is set but ignored: TC runs no schema migrations")
+	p.waitLine(t, "level=WARN", "log.path (line", "ignored: TC logs to stderr")
+	p.signal(t, syscall.SIGHUP)
+	p.waitLine(t, `msg="configuration reloaded"`, "outcome=applied")
+	p.stop(t)
+	logs := p.out.String()
+	if n := strings.Count(logs, "CUBE_AUTO_MIGRATION is set but ignored"); n != 1 {
+		t.Errorf("the ignored variable was logged %d times, want once (at start):\n%s", n, logs)
+	}
+	if n := strings.Count(logs, "log.path (line"); n != 2 {
+		t.Errorf("the ignored key was logged %d times, want at start and at the reload:\n%s", n, logs)
 	}
 }

@@ -21,7 +21,7 @@ import (
 const maxExposure = 3.0
 
 // unitCopies copies the units to a temporary directory with ExecStart
-// pointing at an existing executable, as systemd-analyze verify requires.
+// and check-config's lines pointing at an existing executable, as systemd-analyze verify requires.
 // Verification only needs the path to exist, so the test binary stands in.
 func unitCopies(t *testing.T) string {
 	t.Helper()
@@ -36,6 +36,9 @@ func unitCopies(t *testing.T) string {
 			t.Fatal(err)
 		}
 		text := strings.ReplaceAll(string(data), "ExecStart=/usr/bin/templatecenter ", "ExecStart="+exe+" ")
+		// ExecStartPre= and ExecReload= run check-config by name, found in
+		// systemd's search path where the agent is installed.
+		text = strings.ReplaceAll(text, "=templatecenter ", "="+exe+" ")
 		if name == serviceUnit && text == string(data) {
 			t.Fatalf("%s has no ExecStart=/usr/bin/templatecenter line", name)
 		}
@@ -139,8 +142,8 @@ func TestUnitsContract(t *testing.T) {
 		{svc, "Restart", "on-failure"},
 		// A reload (and a start) is refused, visibly, when the configuration
 		// is invalid: check-config runs first.
-		{svc, "ExecStartPre", "/usr/bin/templatecenter check-config -q"},
-		{svc, "ExecReload", "/usr/bin/templatecenter check-config -q"},
+		{svc, "ExecStartPre", "templatecenter check-config -q"},
+		{svc, "ExecReload", "templatecenter check-config -q"},
 		{svc, "Environment", "CUBE_TEMPLATE_CENTER_CONFIG_PATH=/etc/cube-templatecenter/conf.yaml"},
 		{svc, "EnvironmentFile", "-/etc/cube-templatecenter/templatecenter.env"},
 		{svc, "User", "cube-templatecenter"},
