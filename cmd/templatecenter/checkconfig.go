@@ -42,7 +42,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
-	quiet := fs.Bool("q", false, "print only warnings and errors (for ExecStartPre= and ExecReload=)")
+	quiet := fs.Bool("q", false, "print only errors (for ExecStartPre= and ExecReload=: the agent logs the warnings itself)")
 	strict := fs.Bool("strict-config", false, "make unknown keys fatal, as serve --strict-config does")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -79,7 +79,8 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 }
 
 // printCheck writes the settings and the verdict to stdout, warnings and
-// errors to stderr.
+// errors to stderr; quiet leaves only the errors, as the agent logs the
+// warnings itself (the environment's once, at start).
 func printCheck(stdout, stderr io.Writer, res checkConfigResult, quiet bool) {
 	file := res.Path
 	if file == "" {
@@ -92,7 +93,9 @@ func printCheck(stdout, stderr io.Writer, res checkConfigResult, quiet bool) {
 		}
 	}
 	for _, w := range res.Warnings {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
+		if !quiet {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 	}
 	for _, e := range res.Errors {
 		fmt.Fprintf(stderr, "error: %s\n", e)
