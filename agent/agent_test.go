@@ -21,6 +21,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
@@ -738,6 +740,13 @@ func TestReloadAppliesValidAndRefusesInvalid(t *testing.T) {
 	h.env["CUBE_TEMPLATE_CALLBACK_TOKEN"] = testToken
 	h.start()
 	os.WriteFile(path, []byte(base+"log:\n  level: debug\nbuild:\n  max_concurrent_builds: 5\n  queue_size: 7\n  heartbeat_interval: 3s\n  timeout: 90m\n"), 0o644)
+	if got := testutil.ToFloat64(h.agent.metrics.reloadOK); got != 1 {
+		t.Errorf("config_last_reload_successful = %v at start, want 1", got)
+	}
+	started := testutil.ToFloat64(h.agent.metrics.reloadTime)
+	if started < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("config_last_reload_success_timestamp_seconds = %v at start, want about now", started)
+	}
 	if err := h.agent.Reload(); err != nil {
 		t.Fatalf("valid reload: %v", err)
 	}
@@ -755,6 +764,12 @@ func TestReloadAppliesValidAndRefusesInvalid(t *testing.T) {
 	}
 	if h.agent.config().Build.MaxConcurrentBuilds != 5 {
 		t.Error("an invalid reload changed the running configuration")
+	}
+	if got := testutil.ToFloat64(h.agent.metrics.reloadOK); got != 0 {
+		t.Errorf("config_last_reload_successful = %v after a refused reload, want 0", got)
+	}
+	if !strings.Contains(h.logs.String(), "outcome=refused") {
+		t.Errorf("the log does not say the reload was refused:\n%s", h.logs.String())
 	}
 	reloading := regexp.MustCompile(`^RELOADING=1\nMONOTONIC_USEC=[0-9]+\n?$`)
 	n := 0
@@ -778,6 +793,9 @@ func TestReloadAppliesValidAndRefusesInvalid(t *testing.T) {
 	os.WriteFile(path, []byte(strings.Replace(base, h.master.URL(), other.URL(), 1)), 0o644)
 	if err := h.agent.Reload(); err != nil {
 		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(h.agent.metrics.reloadOK); got != 1 {
+		t.Errorf("config_last_reload_successful = %v after a valid reload, want 1", got)
 	}
 	h.submit("moved", "img")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -29,6 +29,9 @@ type metrics struct {
 	collectors []prometheus.Collector
 	accepted   prometheus.Counter
 	callbacks  *prometheus.CounterVec
+	// reloadOK and reloadTime are the last configuration reload's outcome
+	// and when one last succeeded (the start counts as one).
+	reloadOK, reloadTime prometheus.Gauge
 }
 
 // spoolCounts is what the spool collector reads at scrape time.
@@ -48,14 +51,33 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 			Namespace: namespace, Subsystem: "callback", Name: "attempts_total",
 			Help: "Status report deliveries to CubeMaster, by outcome (delivered, retry, dropped) and kind.",
 		}, []string{"outcome", "kind"}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "config", Name: "last_reload_successful",
+			Help: "Whether the last configuration reload succeeded (1) or was refused, keeping the running configuration (0).",
+		}),
+		reloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "config", Name: "last_reload_success_timestamp_seconds",
+			Help: "When the configuration was last loaded successfully, at start or by a reload, in seconds since the epoch.",
+		}),
 	}
+	m.observeReload(true)
 	m.register(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.accepted, m.callbacks,
+		m.accepted, m.callbacks, m.reloadOK, m.reloadTime,
 		newSpoolCollector(sp, logger, spoolScrapeTimeout),
 	)
 	return m
+}
+
+// observeReload records a configuration load's outcome.
+func (m *metrics) observeReload(ok bool) {
+	if !ok {
+		m.reloadOK.Set(0)
+		return
+	}
+	m.reloadOK.Set(1)
+	m.reloadTime.SetToCurrentTime()
 }
 
 // register adds collectors to the registry; it panics on a duplicate, as

@@ -53,7 +53,8 @@ func TestMetricsLint(t *testing.T) {
 	}
 	// Each optional part registered its series.
 	for _, name := range []string{"layer_cache_blobs", "blobstore_fallbacks_total", "redis_progress_writes_total",
-		"replica_lock_waits_total", "reconcile_deleted_total", "trace_spans_dropped_total"} {
+		"replica_lock_waits_total", "reconcile_deleted_total", "trace_spans_dropped_total",
+		"config_last_reload_successful", "config_last_reload_success_timestamp_seconds"} {
 		if _, ok := help[namespace+"_"+name]; !ok {
 			t.Errorf("the registry has no %s_%s", namespace, name)
 		}

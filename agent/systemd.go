@@ -80,9 +80,11 @@ func (a *Agent) Reload() error {
 	defer a.notify("READY=1")
 	next, err := a.load()
 	if err != nil {
-		a.logger.Error("configuration reload refused, keeping the running configuration", "err", err)
+		a.metrics.observeReload(false)
+		a.logger.Error("configuration reload refused, keeping the running configuration", "outcome", "refused", "err", err)
 		return err
 	}
+	a.metrics.observeReload(true)
 	cur := a.config()
 	if keys := cur.RestartOnly(next); len(keys) > 0 {
 		a.logger.Warn("configuration changes that need a restart were not applied", "keys", keys)
@@ -102,7 +104,8 @@ func (a *Agent) Reload() error {
 	a.reporter.CheckTransport() // master.addr may have changed
 	a.reporter.Wake()
 	a.logger.Info("configuration reloaded", "log_level", next.Log.Level, "max_concurrent_builds", next.Build.MaxConcurrentBuilds,
-		"queue_size", next.Build.QueueSize, "heartbeat_interval", next.Build.HeartbeatInterval, "master", next.Master.Addr)
+		"queue_size", next.Build.QueueSize, "heartbeat_interval", next.Build.HeartbeatInterval, "master", next.Master.Addr,
+		"outcome", "applied")
 	return nil
 }
 

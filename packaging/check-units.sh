@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 for u in "$here"/systemd/*.service "$here"/systemd/*.socket; do
-	sed "s#^ExecStart=/usr/bin/templatecenter #ExecStart=$bin #" "$u" >"$tmp/$(basename "$u")"
+	sed -e "s#^ExecStart=/usr/bin/templatecenter #ExecStart=$bin #" -e "s#=templatecenter #=$bin #" "$u" >"$tmp/$(basename "$u")"
 done
 cd "$tmp"
 if ! out=$(systemd-analyze verify --man=no ./*.socket ./*.service 2>&1) || [ -n "$out" ]; then

@@ -123,18 +123,18 @@ func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) 
 // artifactStoreEnv are the artifact store's environment overrides,
 // upstream's names first; the S3 keys are in secrets (secrets.go).
 var artifactStoreEnv = []envOverride{
-	{[]string{"CUBE_ARTIFACT_STORE_BACKEND"}, func(c *Config, _, v string) error { c.ArtifactStore.Backend = v; return nil }},
-	{[]string{"CUBE_ARTIFACT_STORE_FS_ROOT"}, func(c *Config, _, v string) error { c.ArtifactStore.FSRoot = v; return nil }},
-	{[]string{"CUBE_S3_ENDPOINT"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Endpoint = v; return nil }},
-	{[]string{"CUBE_S3_BUCKET"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Bucket = v; return nil }},
-	{[]string{"CUBE_S3_REGION"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Region = v; return nil }},
-	{[]string{"CUBE_S3_USE_PATH_STYLE"}, func(c *Config, name, v string) error {
+	{key: "artifact_store.backend", names: []string{"CUBE_ARTIFACT_STORE_BACKEND"}, set: func(c *Config, _, v string) error { c.ArtifactStore.Backend = v; return nil }},
+	{key: "artifact_store.fs_root", names: []string{"CUBE_ARTIFACT_STORE_FS_ROOT"}, set: func(c *Config, _, v string) error { c.ArtifactStore.FSRoot = v; return nil }},
+	{key: "artifact_store.s3.endpoint", names: []string{"CUBE_S3_ENDPOINT"}, set: func(c *Config, _, v string) error { c.ArtifactStore.S3.Endpoint = v; return nil }},
+	{key: "artifact_store.s3.bucket", names: []string{"CUBE_S3_BUCKET"}, set: func(c *Config, _, v string) error { c.ArtifactStore.S3.Bucket = v; return nil }},
+	{key: "artifact_store.s3.region", names: []string{"CUBE_S3_REGION"}, set: func(c *Config, _, v string) error { c.ArtifactStore.S3.Region = v; return nil }},
+	{key: "artifact_store.s3.use_path_style", names: []string{"CUBE_S3_USE_PATH_STYLE"}, set: func(c *Config, name, v string) error {
 		return parseFlag(name, v, &c.ArtifactStore.S3.UsePathStyle)
 	}},
-	{[]string{"CUBE_S3_USE_SSL"}, func(c *Config, name, v string) error {
+	{key: "artifact_store.s3.use_ssl", names: []string{"CUBE_S3_USE_SSL"}, set: func(c *Config, name, v string) error {
 		return parseFlag(name, v, &c.ArtifactStore.S3.UseSSL)
 	}},
-	{[]string{"CUBE_S3_ARTIFACT_PREFIX"}, func(c *Config, _, v string) error { c.ArtifactStore.S3.Prefix = v; return nil }},
+	{key: "artifact_store.s3.prefix", names: []string{"CUBE_S3_ARTIFACT_PREFIX"}, set: func(c *Config, _, v string) error { c.ArtifactStore.S3.Prefix = v; return nil }},
 }
 
 // parseFlag reads upstream's boolean spellings: 1, true, yes, on (and 0,

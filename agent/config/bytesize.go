@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -9,32 +10,40 @@ import (
 )
 
 // ByteSize is a size in bytes written either as a plain number or with a
-// binary suffix: "512MiB", "20GiB", "1TiB" (KiB, MiB, GiB, TiB; K, M, G, T
-// mean the same).
+// binary unit. TC's spelling ("512MiB", "20GiB"), upstream's and
+// Kubernetes' ("512Mi", "20Gi") and the short one ("20G", "20GB") are all
+// accepted, each a power of 1024: TC always read K, M, G and T that way, so
+// an existing file keeps its meaning.
 type ByteSize int64
 
+// byteUnits are the suffixes ParseByteSize knows, longest first so that
+// "GiB" is not read as "B"; the first five are the ones String writes.
 var byteUnits = []struct {
 	suffix string
 	shift  uint
-}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}, {"B", 0}}
+}{
+	{"PiB", 50}, {"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10},
+	{"Pi", 50}, {"Ti", 40}, {"Gi", 30}, {"Mi", 20}, {"Ki", 10},
+	{"PB", 50}, {"TB", 40}, {"GB", 30}, {"MB", 20}, {"KB", 10}, {"kB", 10},
+	{"P", 50}, {"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}, {"k", 10}, {"B", 0},
+}
 
-// ParseByteSize parses a size such as "20GiB".
+// ParseByteSize parses a size such as "20GiB", "20Gi" or "20G".
 func ParseByteSize(s string) (ByteSize, error) {
 	s = strings.TrimSpace(s)
+	bad := fmt.Errorf("%q is not a size like 512MiB, 512Mi or 20G", s)
+	num, shift := s, uint(0)
 	for _, u := range byteUnits {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(num), 10, 64)
-			if err != nil || n > (1<<63-1)>>u.shift {
-				return 0, fmt.Errorf("%q is not a size like 512MiB", s)
-			}
-			return ByteSize(n << u.shift), nil
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, shift = strings.TrimSpace(n), u.shift
+			break
 		}
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%q is not a size like 512MiB", s)
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || n > math.MaxInt64>>shift {
+		return 0, bad
 	}
-	return ByteSize(n), nil
+	return ByteSize(n << shift), nil
 }
 
 // UnmarshalYAML accepts a number or a suffixed string.
@@ -49,7 +58,7 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 
 // String renders the size with the largest exact binary unit.
 func (b ByteSize) String() string {
-	for _, u := range byteUnits[:4] {
+	for _, u := range byteUnits[:5] {
 		if b != 0 && b%(1<<u.shift) == 0 {
 			return strconv.FormatInt(int64(b)>>u.shift, 10) + u.suffix
 		}

@@ -45,6 +45,8 @@ type Config struct {
 	// Redis is CubeMaster's Redis, for live pull progress; off unless
 	// nodes are listed.
 	Redis Redis `yaml:"redis"`
+	// ConfigFile tunes how the file itself is read (config:).
+	ConfigFile ConfigFile `yaml:"config"`
 
 	// envErrs collects environment values that failed to parse, reported
 	// by Validate with the rest.
@@ -67,6 +69,12 @@ type Common struct {
 	// MaxConcurrentUploads bounds uploads in progress; more are answered
 	// 429 with a Retry-After.
 	MaxConcurrentUploads int `yaml:"max_concurrent_uploads"`
+}
+
+// ConfigFile tunes how the configuration file is read.
+type ConfigFile struct {
+	// Strict makes unknown keys fatal instead of warnings.
+	Strict bool `yaml:"strict"`
 }
 
 // Log holds logging settings.
@@ -248,35 +256,135 @@ func Default() *Config {
 // Env looks up an environment variable; os.LookupEnv in production.
 type Env func(name string) (string, bool)
 
+// LegacyPathEnv is upstream's name for PathEnv, still read after it.
+const LegacyPathEnv = "CUBE_MASTER_CONFIG_PATH"
+
+// StrictEnv, when true, makes unknown keys in the file fatal, as
+// config.strict: true and the --strict-config flag do.
+const StrictEnv = "CUBE_TEMPLATE_CENTER_STRICT_CONFIG"
+
+// Path returns the configuration file the environment names ("" for
+// none): PathEnv, else upstream's LegacyPathEnv, with a warning then.
+func Path(env Env) (path, warning string) {
+	if p, ok := env(PathEnv); ok && strings.TrimSpace(p) != "" {
+		return strings.TrimSpace(p), ""
+	}
+	if p, ok := env(LegacyPathEnv); ok && strings.TrimSpace(p) != "" {
+		return strings.TrimSpace(p), fmt.Sprintf("%s is deprecated, use %s", LegacyPathEnv, PathEnv)
+	}
+	return "", ""
+}
+
+// Options tune a load.
+type Options struct {
+	// Strict makes unknown keys fatal (the --strict-config flag); the file's
+	// config.strict and StrictEnv can also ask for it.
+	Strict bool
+}
+
+// Warning is one thing a load found worth telling but not fatal.
+type Warning struct {
+	// Text names the key or variable and what TC does with it.
+	Text string
+	// Env marks a warning about the environment, which a reload cannot
+	// change: it is logged once, at start.
+	Env bool
+}
+
+// Report is what a load found besides the values: the file read, where
+// each setting came from, and the warnings.
+type Report struct {
+	// Path is the file read, "" when none.
+	Path string
+	// Warnings are in the order found: file, environment, validation.
+	Warnings []Warning
+	// sources maps a setting's key to where its value came from; a key
+	// not in it has its default.
+	sources map[string]string
+}
+
+func (r *Report) warn(env bool, format string, args ...any) {
+	r.Warnings = append(r.Warnings, Warning{Text: fmt.Sprintf(format, args...), Env: env})
+}
+
+func (r *Report) setSource(key, source string) {
+	if r.sources == nil {
+		r.sources = map[string]string{}
+	}
+	r.sources[key] = source
+}
+
+// Source says where the setting key got its value: "default", the file
+// and line ("/etc/x/conf.yaml:12"), or the variable ("env CUBE_MASTER_ADDR").
+func (r *Report) Source(key string) string {
+	if s, ok := r.sources[key]; ok {
+		return s
+	}
+	return "default"
+}
+
 // Load builds the configuration from the file named by PathEnv (defaults
 // alone when unset) and the environment. Warnings (unknown keys, deprecated
-// names) are logged to logger; errors name the key at fault.
+// and ignored names) are logged to logger; errors name the key at fault.
 func Load(env Env, logger *slog.Logger) (*Config, error) {
+	cfg, rep, err := Read(env, Options{})
+	rep.Log(logger, true)
+	return cfg, err
+}
+
+// Log writes the report's warnings to logger; withEnv false leaves out
+// those about the environment, already logged at start.
+func (r *Report) Log(logger *slog.Logger, withEnv bool) {
+	for _, w := range r.Warnings {
+		switch {
+		case w.Env && !withEnv:
+		case w.Env || r.Path == "":
+			logger.Warn("config: " + w.Text)
+		default:
+			logger.Warn("config: "+w.Text, "path", r.Path)
+		}
+	}
+}
+
+// Read builds the configuration as Load does and returns it with its
+// Report, which is never nil, also when the configuration is invalid:
+// `templatecenter check-config` and serve both read through it.
+func Read(env Env, opts Options) (*Config, *Report, error) {
+	rep := &Report{}
 	cfg := Default()
-	if path, ok := env(PathEnv); ok && strings.TrimSpace(path) != "" {
+	path, warning := Path(env)
+	if warning != "" {
+		rep.warn(true, "%s", warning)
+	}
+	strict := opts.Strict
+	if v, ok := env(StrictEnv); ok && strings.TrimSpace(v) != "" {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return nil, rep, fmt.Errorf("%s: %q is not a boolean", StrictEnv, v)
+		}
+		strict = strict || b
+	}
+	if path != "" {
+		rep.Path = path
 		data, fi, err := readConfigFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("read config %s: %w", path, err)
+			return nil, rep, fmt.Errorf("read config %s: %w", path, err)
 		}
-		warnings, err := cfg.parse(bytes.NewReader(data))
-		if err != nil {
-			return nil, fmt.Errorf("config %s: %w", path, err)
+		if err := cfg.parse(bytes.NewReader(data), path, strict, rep); err != nil {
+			return nil, rep, fmt.Errorf("config %s: %w", path, err)
 		}
-		warnings = append(warnings, cfg.fileSecretWarnings(path, fi)...)
-		for _, w := range warnings {
-			logger.Warn("config: "+w, "path", path)
+		for _, w := range cfg.fileSecretWarnings(path, fi) {
+			rep.warn(false, "%s", w)
 		}
 	}
-	for _, w := range cfg.applyEnv(env) {
-		logger.Warn("config: " + w)
-	}
+	cfg.applyEnv(env, rep)
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, rep, err
 	}
 	for _, w := range cfg.plainTransportWarnings() {
-		logger.Warn("config: " + w)
+		rep.warn(false, "%s", w)
 	}
-	return cfg, nil
+	return cfg, rep, nil
 }
 
 // readConfigFile returns the file's content and its mode, from the same
@@ -295,70 +403,128 @@ func readConfigFile(path string) ([]byte, os.FileInfo, error) {
 	return data, fi, err
 }
 
-// Parse decodes YAML over the defaults, returning warnings for unknown keys.
+// Parse decodes YAML over the defaults, returning warnings for unknown keys
+// and upstream names.
 func Parse(r io.Reader) (*Config, []string, error) {
 	cfg := Default()
-	warnings, err := cfg.parse(r)
-	if err != nil {
+	rep := &Report{}
+	if err := cfg.parse(r, "config", false, rep); err != nil {
 		return nil, nil, err
+	}
+	var warnings []string
+	for _, w := range rep.Warnings {
+		warnings = append(warnings, w.Text)
 	}
 	return cfg, warnings, nil
 }
 
-func (c *Config) parse(r io.Reader) ([]string, error) {
+// parse decodes the file over c. Upstream's keys are applied under TC's
+// names or reported ignored (upstream.go); unknown keys are warnings, or
+// errors when strict (or config.strict) says so. name labels the sources.
+func (c *Config) parse(r io.Reader, name string, strict bool, rep *Report) error {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(r).Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, nil // an empty file means defaults
+			return nil // an empty file means defaults
 		}
-		return nil, fmt.Errorf("parse YAML: %w", err)
+		return fmt.Errorf("parse YAML: %w", err)
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, errors.New("parse YAML: the top level must be a mapping of sections")
+		return errors.New("parse YAML: the top level must be a mapping of sections")
 	}
 	if err := doc.Decode(c); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
+		return fmt.Errorf("decode: %w", err)
 	}
-	var warnings []string
-	unknownKeys(doc.Content[0], reflect.TypeOf(*c), "", &warnings)
-	return warnings, nil
+	w := &walker{name: name, rep: rep, upstream: map[string]*yaml.Node{}}
+	w.walk(doc.Content[0], reflect.TypeOf(*c), "")
+	errs := w.applyUpstream(c)
+	for _, u := range w.unknown {
+		hint := ""
+		if u.suggestion != "" {
+			hint = fmt.Sprintf("; did you mean %q?", u.suggestion)
+		}
+		if strict || c.ConfigFile.Strict {
+			errs = append(errs, fmt.Errorf("%s: unknown keys are errors in strict mode%s", u.what, hint))
+		} else {
+			rep.warn(false, "%s ignored%s", u.what, hint)
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// unknownKeys walks a YAML mapping against a struct type and records keys
-// that match no field.
-func unknownKeys(n *yaml.Node, t reflect.Type, prefix string, out *[]string) {
-	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+// walker walks the file's mappings against the configuration's types: it
+// records each key's line as its source, collects upstream's keys and
+// describes unknown ones.
+type walker struct {
+	name     string
+	rep      *Report
+	upstream map[string]*yaml.Node // upstream key → its key node
+	values   map[string]*yaml.Node // upstream key → its value node
+	unknown  []unknownKey
+	// dbSection is set when instance_db_config is a mapping.
+	dbSection bool
+}
+
+func (w *walker) walk(n *yaml.Node, t reflect.Type, prefix string) {
+	if n.Kind != yaml.MappingNode {
 		return
 	}
 	fields := map[string]reflect.Type{}
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if name != "" && name != "-" {
-			fields[name] = t.Field(i).Type
+	if t != nil && t.Kind() == reflect.Struct {
+		for i := 0; i < t.NumField(); i++ {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			if name != "" && name != "-" {
+				fields[name] = t.Field(i).Type
+			}
 		}
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		key := n.Content[i].Value
-		ft, ok := fields[key]
-		if !ok {
-			*out = append(*out, fmt.Sprintf("unknown key %q (line %d) ignored", prefix+key, n.Content[i].Line))
+		k, v := n.Content[i], n.Content[i+1]
+		key := prefix + k.Value
+		if _, ok := upstreamKeys[key]; ok {
+			w.upstream[key] = k
+			if w.values == nil {
+				w.values = map[string]*yaml.Node{}
+			}
+			w.values[key] = v
 			continue
 		}
-		unknownKeys(n.Content[i+1], ft, prefix+key+".", out)
+		ft, ok := fields[k.Value]
+		switch {
+		case ok:
+			w.rep.setSource(key, fmt.Sprintf("%s:%d", w.name, k.Line))
+			if key == "instance_db_config" && v.Kind == yaml.MappingNode {
+				w.dbSection = true
+			}
+			if ft.Kind() == reflect.Struct {
+				w.walk(v, ft, key+".")
+			}
+		case upstreamSection(key) && v.Kind == yaml.MappingNode:
+			w.walk(v, nil, key+".")
+		default:
+			w.unknown = append(w.unknown, unknownKey{fmt.Sprintf("unknown key %q (line %d)", key, k.Line), suggest(key)})
+		}
 	}
 }
 
+// unknownKey is a key of the file that matches no setting, with the known
+// key it is closest to ("" for none).
+type unknownKey struct{ what, suggestion string }
+
 // envOverride maps an environment variable (and its deprecated aliases) to
-// a setter.
+// a setter of the setting key.
 type envOverride struct {
+	key   string
 	names []string
 	set   func(c *Config, name, value string) error
+	// fileOnly marks upstream variables for a setting TC reads from the
+	// file only: every name is deprecated, and the warning names the key.
+	fileOnly bool
 }
 
 var envOverrides = []envOverride{
-	{[]string{"CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT"},
-		func(c *Config, _, v string) error { c.Master.Addr = v; return nil }},
-	{[]string{"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN"}, func(c *Config, name, v string) error {
+	{key: "master.addr", names: []string{"CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT"}, set: func(c *Config, _, v string) error { c.Master.Addr = v; return nil }},
+	{key: "master.insecure_no_token", names: []string{"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN"}, set: func(c *Config, name, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return fmt.Errorf("%s: %q is not a boolean", name, v)
@@ -366,13 +532,10 @@ var envOverrides = []envOverride{
 		c.Master.InsecureNoToken = b
 		return nil
 	}},
-	{[]string{"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"},
-		func(c *Config, _, v string) error { c.Store.Dir = v; return nil }},
-	{[]string{"CUBE_TEMPLATE_CENTER_WORK_DIR", "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR"},
-		func(c *Config, _, v string) error { c.Store.WorkDir = v; return nil }},
-	{[]string{"CUBE_TEMPLATE_CENTER_SPOOL_PATH"},
-		func(c *Config, _, v string) error { c.Spool.Path = v; return nil }},
-	{[]string{"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS", "CUBE_TC_MAX_CONCURRENT_BUILDS"}, func(c *Config, name, v string) error {
+	{key: "store.dir", names: []string{"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"}, set: func(c *Config, _, v string) error { c.Store.Dir = v; return nil }},
+	{key: "store.work_dir", names: []string{"CUBE_TEMPLATE_CENTER_WORK_DIR", "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_DIR"}, set: func(c *Config, _, v string) error { c.Store.WorkDir = v; return nil }},
+	{key: "spool.path", names: []string{"CUBE_TEMPLATE_CENTER_SPOOL_PATH"}, set: func(c *Config, _, v string) error { c.Spool.Path = v; return nil }},
+	{key: "build.max_concurrent_builds", names: []string{"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS", "CUBE_TC_MAX_CONCURRENT_BUILDS"}, set: func(c *Config, name, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			return fmt.Errorf("%s: %q is not a number", name, v)
@@ -383,30 +546,49 @@ var envOverrides = []envOverride{
 }
 
 // applyEnv applies environment overrides; the first non-blank name of each
-// group wins, and a deprecated name earns a warning. Parse errors are
-// recorded and surface from Validate.
-func (c *Config) applyEnv(env Env) []string {
-	var warnings []string
-	for _, o := range slices.Concat(envOverrides, artifactStoreEnv, replicasEnv) {
+// group wins, and a deprecated name earns a warning, as does a group whose
+// names disagree. Upstream variables TC has no use for are reported
+// ignored. Parse errors are recorded and surface from Validate.
+func (c *Config) applyEnv(env Env, rep *Report) {
+	for _, o := range slices.Concat(envOverrides, artifactStoreEnv, replicasEnv, upstreamEnv) {
+		var used, usedValue string
 		for i, name := range o.names {
 			v, ok := env(name)
 			if !ok || strings.TrimSpace(v) == "" {
 				continue
 			}
-			if i > 0 {
-				warnings = append(warnings, fmt.Sprintf("%s is deprecated, use %s", name, o.names[0]))
+			v = strings.TrimSpace(v)
+			if used != "" {
+				if v != usedValue {
+					rep.warn(true, "%s=%q and %s=%q disagree: %s wins", used, usedValue, name, v, used)
+				}
+				continue
 			}
-			if err := o.set(c, name, strings.TrimSpace(v)); err != nil {
+			switch {
+			case o.fileOnly:
+				rep.warn(true, "%s is deprecated: set %s in the configuration file (the variable is applied meanwhile, over the file)", name, o.key)
+			case i > 0:
+				rep.warn(true, "%s is deprecated, use %s", name, o.names[0])
+			}
+			if err := o.set(c, name, v); err != nil {
 				c.envErrs = append(c.envErrs, err)
 			}
-			break
+			rep.setSource(o.key, "env "+name)
+			used, usedValue = name, v
+		}
+	}
+	for _, ig := range ignoredEnv {
+		for _, name := range ig.names {
+			if v, ok := env(name); ok && strings.TrimSpace(v) != "" {
+				rep.warn(true, "%s is set but ignored: %s", name, ig.why)
+			}
 		}
 	}
 	// Secrets come before resolve, which needs the S3 keys.
-	secretWarnings, secretErrs := c.applySecrets(env)
-	warnings = append(warnings, secretWarnings...)
-	c.envErrs = append(c.envErrs, secretErrs...)
-	return append(warnings, c.ArtifactStore.resolve(c.Store.Dir)...)
+	c.envErrs = append(c.envErrs, c.applySecrets(env, rep)...)
+	for _, w := range c.ArtifactStore.resolve(c.Store.Dir) {
+		rep.warn(false, "%s", w)
+	}
 }
 
 // Validate checks every value and returns all problems at once, each naming

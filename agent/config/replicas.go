@@ -51,7 +51,7 @@ func defaultReplicas() Replicas {
 // replicasEnv are the replica settings' environment overrides, under
 // upstream's names (CUBE_TC_* the deprecated ones).
 var replicasEnv = []envOverride{
-	{[]string{"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL", "CUBE_TC_RECONCILE_INTERVAL"}, func(c *Config, name, v string) error {
+	{key: "replicas.reconcile_interval", names: []string{"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL", "CUBE_TC_RECONCILE_INTERVAL"}, set: func(c *Config, name, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			return fmt.Errorf("%s: %q is not a duration (e.g. 10m)", name, v)
@@ -59,7 +59,7 @@ var replicasEnv = []envOverride{
 		c.Replicas.ReconcileInterval = d
 		return nil
 	}},
-	{[]string{"CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED", "CUBE_TC_RECONCILE_DISABLED"}, func(c *Config, name, v string) error {
+	{key: "replicas.reconcile_disabled", names: []string{"CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED", "CUBE_TC_RECONCILE_DISABLED"}, set: func(c *Config, name, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return fmt.Errorf("%s: %q is not a boolean", name, v)

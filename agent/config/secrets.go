@@ -80,16 +80,16 @@ func (c *Config) fileSecretWarnings(path string, fi fs.FileInfo) []string {
 }
 
 // applySecrets sets every secret from the first source that has it (see
-// secretSpec). It returns warnings (deprecated names, world-readable
-// files), and errors for files named but unreadable; neither ever holds a
-// secret's value.
-func (c *Config) applySecrets(env Env) (warnings []string, errs []error) {
+// secretSpec), recording warnings (deprecated names, world-readable files)
+// and sources in rep. It returns errors for files named but unreadable;
+// neither ever holds a secret's value.
+func (c *Config) applySecrets(env Env, rep *Report) (errs []error) {
 	credDir, _ := env(CredentialsDirEnv)
 	credDir = strings.TrimSpace(credDir)
 	for _, s := range secrets {
-		v, warn, err := s.lookup(env, credDir)
+		v, source, warn, err := s.lookup(env, credDir)
 		if warn != "" {
-			warnings = append(warnings, warn)
+			rep.warn(true, "%s", warn)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -97,20 +97,31 @@ func (c *Config) applySecrets(env Env) (warnings []string, errs []error) {
 		}
 		if v != "" {
 			*s.field(c) = v
+			rep.setSource(s.settingKey(), source)
 		}
 	}
-	return warnings, errs
+	return errs
+}
+
+// settingKey is the secret's key in the effective configuration: its file
+// key, or master.token for the token the file cannot hold.
+func (s secretSpec) settingKey() string {
+	if s.Key != "" {
+		return s.Key
+	}
+	return "master.token"
 }
 
 // lookup returns the secret from the environment, its _FILE or its
-// credential, or "" to keep the config file's value.
-func (s secretSpec) lookup(env Env, credDir string) (value, warning string, err error) {
+// credential, with where it came from, or "" to keep the config file's
+// value.
+func (s secretSpec) lookup(env Env, credDir string) (value, source, warning string, err error) {
 	for i, name := range append([]string{s.Env}, s.Aliases...) {
 		if v, ok := env(name); ok && strings.TrimSpace(v) != "" {
 			if i > 0 {
 				warning = fmt.Sprintf("%s is deprecated, use %s", name, s.Env)
 			}
-			return strings.TrimSpace(v), warning, nil
+			return strings.TrimSpace(v), "env " + name, warning, nil
 		}
 	}
 	fileVar := s.Env + FileSuffix
@@ -118,13 +129,13 @@ func (s secretSpec) lookup(env Env, credDir string) (value, warning string, err 
 		path = strings.TrimSpace(path)
 		v, fi, err := readSecretFile(path)
 		if err != nil {
-			return "", "", fmt.Errorf("%s: %w", fileVar, err)
+			return "", "", "", fmt.Errorf("%s: %w", fileVar, err)
 		}
 		if worldReadable(fi) && !s.Public {
 			warning = fmt.Sprintf("%s names %s, which is readable by every user (mode %04o): chmod 0600 or 0640",
 				fileVar, path, fi.Mode().Perm())
 		}
-		return v, warning, nil
+		return v, "env " + fileVar + " (" + path + ")", warning, nil
 	}
 	if credDir != "" {
 		path := filepath.Join(credDir, s.Env)
@@ -132,12 +143,12 @@ func (s secretSpec) lookup(env Env, credDir string) (value, warning string, err 
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
-			return "", "", fmt.Errorf("systemd credential %s: %w", s.Env, err)
+			return "", "", "", fmt.Errorf("systemd credential %s: %w", s.Env, err)
 		default:
-			return v, "", nil
+			return v, "systemd credential " + s.Env, "", nil
 		}
 	}
-	return "", "", nil
+	return "", "", "", nil
 }
 
 // readSecretFile reads a secret from path, without its trailing newline.

@@ -39,7 +39,7 @@ func TestCLIVersionAndUsage(t *testing.T) {
 	}
 
 	res = runCLI(t, minimalEnv(), "serve", "extra")
-	if res.code != 2 || !strings.Contains(res.stderr, "serve takes no arguments") {
+	if res.code != 2 || !strings.Contains(res.stderr, "serve: takes no arguments") {
 		t.Errorf("templatecenter serve extra = exit %d, stderr %q; want exit 2 and a usage error", res.code, res.stderr)
 	}
 

@@ -34,7 +34,8 @@ func TestCLIHelp(t *testing.T) {
 		args  []string
 		flags []string
 	}{
-		{[]string{"serve"}, nil},
+		{[]string{"serve"}, []string{"-strict-config"}},
+		{[]string{"check-config"}, []string{"-json", "-q", "-strict-config"}},
 		{[]string{"jobs"}, []string{"-state", "-limit", "-json", "-spool", "-config"}},
 		{[]string{"jobs", "list"}, []string{"-state", "-limit", "-json", "-spool", "-config"}},
 		{[]string{"jobs", "show"}, []string{"-json", "-spool", "-config"}},

@@ -12,6 +12,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -46,13 +48,17 @@ CubeTemplateCenter turns OCI images into ext4 template root filesystems for
 Cube Sandbox microVMs.
 
 Commands:
-  serve              run the agent (the default when no command is given)
+  serve              run the agent (the default when no command is given);
+                     --strict-config makes unknown configuration keys fatal
   jobs [list]        list jobs in the spool (read-only; safe while the agent runs)
   jobs show JOB_ID   show one job and its pending reports
   jobs cancel JOB_ID cancel a queued or running job (asks the running agent)
   build --image REF  build a template image without an agent
   inspect IMG [PATH] list a directory (default /) or print a file of a template
                      image, without mounting it
+  check-config       check the configuration as serve would read it: every
+                     setting with its source (secrets redacted), warnings;
+                     exit 1 when invalid
   version            print the version, revision and Go version
   help               print this help
 
@@ -70,6 +76,8 @@ func exitCode(err error, stderr io.Writer) int {
 	switch {
 	case err == nil, errors.Is(err, errHelp):
 		return 0
+	case errors.Is(err, errInvalidConfig):
+		return 1 // check-config printed the errors
 	case errors.Is(err, errUsage):
 		fmt.Fprintln(stderr, err)
 		return 2
@@ -106,6 +114,9 @@ func commands() map[string]commandFunc {
 		"inspect": func(ctx context.Context, args []string, std stdio) error {
 			return inspectImage(ctx, args, std.out)
 		},
+		"check-config": func(_ context.Context, args []string, std stdio) error {
+			return checkConfig(args, std.out, std.errOut)
+		},
 		"version": versionCommand,
 		"help":    help,
 	}
@@ -132,7 +143,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return run(ctx, args, stdio{in: stdin, out: stdout, errOut: stderr})
 }
 
-var serveCmd = command{name: "serve", synopsis: []string{"[serve]"}, about: `
+var serveCmd = command{name: "serve", synopsis: []string{"[serve] [--strict-config]"}, about: `
 Run the agent: serve the build API CubeMaster calls, build template images
 and report each job back. Under systemd the socket unit starts it. It takes
 no arguments: the configuration comes from the file named by
@@ -140,14 +151,18 @@ CUBE_TEMPLATE_CENTER_CONFIG_PATH and from the environment (see
 templatecenter(8) and the README). SIGHUP reloads it; SIGTERM stops
 gracefully.`}
 
-// serveCommand answers serve's help and flags; serve itself takes none.
+// serveCommand reads serve's flags and runs the agent.
 func serveCommand(ctx context.Context, args []string, std stdio) error {
 	fs := newFlagSet(serveCmd)
+	strict := fs.Bool("strict-config", false, "make unknown configuration keys fatal (also config.strict: true or "+config.StrictEnv+"=true)")
 	operands, err := parseArgs(fs, serveCmd, args, std.out)
 	if err != nil {
 		return err
 	}
-	return serve(ctx, operands, std.errOut)
+	if len(operands) != 0 {
+		return usageError(serveCmd, "takes no arguments (configure with "+config.PathEnv+")")
+	}
+	return serve(ctx, config.Options{Strict: *strict}, std.errOut)
 }
 
 var versionCmd = command{name: "version", synopsis: []string{"version [--json]"}, about: `

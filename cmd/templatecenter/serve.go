@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,15 +21,14 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	if len(args) > 0 {
-		return fmt.Errorf("%w: serve takes no arguments (configure with %s)", errUsage, config.PathEnv)
-	}
+// serve runs the agent with the configuration loadOpts reads.
+func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error {
 	level := new(slog.LevelVar)
 	// The configuration's warnings are held until it says which format
 	// to write them in.
 	var held heldRecords
-	cfg, err := config.Load(os.LookupEnv, held.logger())
+	cfg, report, err := config.Read(os.LookupEnv, loadOpts)
+	report.Log(held.logger(), true)
 	if err != nil {
 		held.replay(ctx, newLogger(stderr, "text", level).Handler())
 		return fmt.Errorf("load configuration: %w", err)
@@ -86,7 +84,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer shutdownTracing(tp, logger)
-	load := func() (*config.Config, error) { return config.Load(os.LookupEnv, logger) }
+	// A reload reads exactly as the start did (and as check-config does);
+	// the environment's warnings were logged at start and cannot change.
+	load := func() (*config.Config, error) {
+		cfg, report, err := config.Read(os.LookupEnv, loadOpts)
+		report.Log(logger, false)
+		return cfg, err
+	}
 	opts := agent.Options{Config: cfg, Load: load, Spool: sp, Builder: builder, Objects: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog,
 		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}, TracerProvider: tp}
@@ -158,7 +162,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	})
 	var watcher *agent.ConfigWatcher
-	if path, ok := os.LookupEnv(config.PathEnv); ok && strings.TrimSpace(path) != "" {
+	if path := report.Path; path != "" {
 		watcher, err = agent.WatchConfig(runCtx, path, logger, func() {
 			logger.Info("configuration file changed, reloading", "path", path)
 			a.Reload()

@@ -21,7 +21,7 @@ import (
 const maxExposure = 3.0
 
 // unitCopies copies the units to a temporary directory with ExecStart
-// pointing at an existing executable, as systemd-analyze verify requires.
+// and check-config's lines pointing at an existing executable, as systemd-analyze verify requires.
 // Verification only needs the path to exist, so the test binary stands in.
 func unitCopies(t *testing.T) string {
 	t.Helper()
@@ -36,6 +36,9 @@ func unitCopies(t *testing.T) string {
 			t.Fatal(err)
 		}
 		text := strings.ReplaceAll(string(data), "ExecStart=/usr/bin/templatecenter ", "ExecStart="+exe+" ")
+		// ExecStartPre= and ExecReload= run check-config by name, found in
+		// systemd's search path where the agent is installed.
+		text = strings.ReplaceAll(text, "=templatecenter ", "="+exe+" ")
 		if name == serviceUnit && text == string(data) {
 			t.Fatalf("%s has no ExecStart=/usr/bin/templatecenter line", name)
 		}
@@ -137,7 +140,10 @@ func TestUnitsContract(t *testing.T) {
 		{svc, "Type", "notify"},
 		{svc, "NotifyAccess", "main"},
 		{svc, "Restart", "on-failure"},
-		{svc, "ExecReload", "kill -HUP $MAINPID"},
+		// A reload (and a start) is refused, visibly, when the configuration
+		// is invalid: check-config runs first.
+		{svc, "ExecStartPre", "templatecenter check-config -q"},
+		{svc, "ExecReload", "templatecenter check-config -q"},
 		{svc, "Environment", "CUBE_TEMPLATE_CENTER_CONFIG_PATH=/etc/cube-templatecenter/conf.yaml"},
 		{svc, "EnvironmentFile", "-/etc/cube-templatecenter/templatecenter.env"},
 		{svc, "User", "cube-templatecenter"},
@@ -161,6 +167,9 @@ func TestUnitsContract(t *testing.T) {
 		if got := w.keys[w.key]; len(got) == 0 || got[0] != w.val {
 			t.Errorf("%s=%q, want %q", w.key, got, w.val)
 		}
+	}
+	if got := svc["ExecReload"]; len(got) != 2 || got[1] != "kill -HUP $MAINPID" {
+		t.Errorf("ExecReload=%q, want check-config, then the signal", got)
 	}
 	if got := svc["RequiresMountsFor"]; len(got) != 1 || !strings.Contains(" "+got[0]+" ", " "+config.Default().Store.Dir+" ") {
 		t.Errorf("RequiresMountsFor=%q does not name the store %s", got, config.Default().Store.Dir)
