@@ -192,8 +192,8 @@ check_store() {
 	[ -n "$denied" ] || return 0
 	STORE_FIX="find $STORE -type d -exec setfacl -m u:$USER_NAME:rwx {} +"
 	if [ "$upgrade" = true ]; then
-		# An upgrade of this package is not held back for old
-		# artifacts: the agent runs, and says so on each delete.
+		# An upgrade or reinstall of this package is not held back
+		# for old artifacts: the agent runs, and fails their deletes.
 		echo "$WHO: warning: the artifact store $STORE has directories $USER_NAME cannot write, starting with $denied: deleting old artifacts there fails until you run: $STORE_FIX" >&2
 		STORE_FIX=""
 		return 0
@@ -201,11 +201,13 @@ check_store() {
 	found "the artifact store $STORE ($owner) has directories the agent's user $USER_NAME cannot write, starting with $denied: it could neither build into it nor delete old artifacts"
 }
 
-# dpkg says "upgrade", rpm 2 or more: this package is installed already.
+# This package was here before: dpkg says "upgrade", or "install" with the
+# version whose configuration a remove kept; rpm 2 or more. A store problem
+# is then a warning: the store is the one this package has been using.
 upgrade=false
 case $mode in
-upgrade) upgrade=true ;;
-[2-9]) upgrade=true ;;
+upgrade | [2-9]) upgrade=true ;;
+install) [ -z "${2:-}" ] || upgrade=true ;;
 esac
 
 ensure_user

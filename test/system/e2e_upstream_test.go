@@ -248,6 +248,12 @@ func TestDebOverUpstream(t *testing.T) {
 	if got := storeState(c); got != adopted {
 		t.Errorf("purge changed the store:\nbefore:\n%s\nafter:\n%s", adopted, got)
 	}
+	// The reinstall goes through deb-systemd-invoke: a policy-rc.d that
+	// forbids starting services (an image build) is respected.
+	if !portClosed() {
+		t.Error("port 8090 still open after purge")
+	}
+	c.writeFile("/usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", 0o755)
 	c.must("dpkg", "-i", deb)
 	if got := storeState(c); got != adopted {
 		t.Errorf("reinstall changed the store:\nbefore:\n%s\nafter:\n%s", adopted, got)
@@ -255,6 +261,10 @@ func TestDebOverUpstream(t *testing.T) {
 	if got := strings.TrimSpace(c.must("systemctl", "is-enabled", socketUnit)); got != "enabled" {
 		t.Errorf("socket %s after the reinstall", got)
 	}
+	if got := c.prop(socketUnit, "ActiveState"); got != "inactive" || !portClosed() {
+		t.Errorf("socket %s after a reinstall under a policy-rc.d that forbids starts", got)
+	}
+	c.must("rm", "/usr/sbin/policy-rc.d")
 	if c.exists("/etc/systemd/system/" + serviceUnit) {
 		t.Error("upstream's unit came back")
 	}
