@@ -228,6 +228,17 @@ func TestDebOverUpstream(t *testing.T) {
 	if c.exists("/usr/bin/templatecenter") {
 		t.Error("a refused install unpacked the binary")
 	}
+	// The .rpm's %pre is the same check.
+	c.must("mkdir", "-p", "/var/lib/rpm")
+	c.must("rpm", "--dbpath", "/var/lib/rpm", "--initdb")
+	if _, err := c.exec("rpm", "--dbpath", "/var/lib/rpm", "-i", "--nodeps", "/mnt/v1/"+filepath.Base(old.RPM)); err == nil {
+		t.Error("rpm -i over a running upstream install succeeded")
+	} else if !strings.Contains(err.Error(), "an upstream CubeTemplateCenter is in the way; nothing was changed") {
+		t.Errorf("rpm's refusal:\n%v", err)
+	}
+	if after := upstreamState(t, c); after != before || c.exists("/usr/bin/templatecenter") {
+		t.Errorf("a refused rpm install changed upstream's service or store:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
 	if out, _ := c.exec("dpkg-query", "-W", "-f=${Status}", pkgName); strings.Contains(out, "installed") && !strings.Contains(out, "not-installed") {
 		t.Errorf("package status after the refusal: %q", out)
 	}
@@ -282,6 +293,11 @@ func TestInstallScriptOverUpstream(t *testing.T) {
 	c.dumpOnFailure()
 	c.writeFile(caPath, w.caPEM, 0o644)
 	setUpUpstream(t, c, w)
+	// The older unit name, enabled (a disabled one is left alone).
+	oldUnit := "/lib/systemd/system/cube-sandbox-cubetemplatecenter.service"
+	c.writeFile(oldUnit, "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n", 0o644)
+	c.must("systemctl", "daemon-reload")
+	c.must("systemctl", "enable", "cube-sandbox-cubetemplatecenter.service")
 	before := upstreamState(t, c)
 
 	_, err := c.exec("/mnt/src/install.sh", "--binary", "/mnt/v1/templatecenter")
@@ -289,7 +305,8 @@ func TestInstallScriptOverUpstream(t *testing.T) {
 		t.Fatal("install.sh over a running upstream install succeeded")
 	}
 	for _, want := range []string{"install.sh: an upstream CubeTemplateCenter is in the way; nothing was changed",
-		"rerun install.sh with --take-over (units and port) and --adopt-store (the store)"} {
+		"rerun install.sh with --take-over (units and port) and --adopt-store (the store)",
+		oldUnit + " is upstream's unit, enabled: upstream's service would start at boot next to this one"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("install.sh's refusal lacks %q:\n%v", want, err)
 		}
@@ -308,6 +325,10 @@ func TestInstallScriptOverUpstream(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("install.sh --take-over --adopt-store output lacks %q:\n%s", want, out)
 		}
+	}
+	if c.exists(oldUnit) || !c.exists(upstreamAside+"/cube-sandbox-cubetemplatecenter.service") ||
+		c.exists("/etc/systemd/system/multi-user.target.wants/cube-sandbox-cubetemplatecenter.service") {
+		t.Error("the older upstream unit was not disabled and set aside")
 	}
 	c.writeFile(confPath, w.testConfig(c.readFile(confPath)), 0o644)
 	c.must("systemctl", "restart", serviceUnit)
