@@ -50,6 +50,15 @@ Options:
   --one-click-env PATH  one-click environment file to take the address and
                         token from when not given (default: $ONE_CLICK_ENV)
   --no-start            install and enable, but start nothing
+  --take-over           an upstream TemplateCenter is installed: stop and
+                        disable its units and move their files to
+                        /var/backups/cube-templatecenter-upstream (its
+                        configuration is left where it is), then install
+  --adopt-store         the artifact store exists and the agent's user
+                        cannot write all of it (an upstream install's
+                        root-owned store): grant the user access with an
+                        ACL entry on each directory (setfacl, package acl);
+                        owners and modes stay as they are
   --uninstall           stop, disable and remove the agent; keeps the
                         artifact store, the configuration and the state
   --purge               with --uninstall: also delete the configuration, the
@@ -61,6 +70,10 @@ Options:
 Environment:
   DESTDIR=DIR           stage the files under DIR: no root needed, no user,
                         no directories, nothing enabled or started
+
+Without --take-over and --adopt-store an upstream install in the way stops
+the install before anything is changed, with the commands to run
+(docs/upstream.md, "Migrating from upstream").
 
 Files: $BIN, $UNIT_DIR/{$SOCKET,$SERVICE},
 $SYSUSERS, $TMPFILES, $CONF, $ENV_FILE.
@@ -98,6 +111,8 @@ mode=install
 purge=false
 DRY_RUN=false
 start=true
+take_over=false
+adopt_store=false
 DESTDIR=${DESTDIR:-}
 
 while [ $# -gt 0 ]; do
@@ -112,6 +127,8 @@ while [ $# -gt 0 ]; do
 	--one-click-env) [ $# -ge 2 ] || die "--one-click-env needs a path"; one_click_env=$2; shift 2 ;;
 	--one-click-env=*) one_click_env=${1#*=}; shift ;;
 	--no-start) start=false; shift ;;
+	--take-over) take_over=true; shift ;;
+	--adopt-store) adopt_store=true; shift ;;
 	--uninstall) mode=uninstall; shift ;;
 	--purge) purge=true; shift ;;
 	--dry-run) DRY_RUN=true; shift ;;
@@ -182,7 +199,7 @@ check_system() {
 find_binary() {
 	local f
 	for f in "$SRC/systemd/$SERVICE" "$SRC/systemd/$SOCKET" "$SRC/systemd/cube-templatecenter.sysusers" \
-		"$SRC/systemd/cube-templatecenter.tmpfiles" "$SRC/packaging/etc/conf.yaml" \
+		"$SRC/systemd/cube-templatecenter.tmpfiles" "$SRC/packaging/etc/conf.yaml" "$SRC/packaging/upstream-check.sh" \
 		"$SRC/packaging/etc/templatecenter.env" "$SRC/packaging/templatecenter.8"; do
 		[ -f "$f" ] || die "missing file in the checkout: $f"
 	done
@@ -312,6 +329,48 @@ write_env_file() {
 	chmod 0600 "$dst"
 }
 
+# --- an upstream install -----------------------------------------------------
+
+# upstream_check UPGRADE: packaging/upstream-check.sh (the packages' preinst)
+# finds upstream's units, a process of its on the port and a store the
+# agent cannot write. Without --take-over/--adopt-store it refuses with the
+# commands to run; with them it runs those commands, then checks again.
+upstream_check() {
+	[ -z "$D" ] || return 0
+	local check=(env TC_CHECK_WHO="$PROG" sh "$SRC/packaging/upstream-check.sh")
+	local phase=install
+	$1 && phase=upgrade
+	if $DRY_RUN; then
+		check=(env TC_CHECK_CREATE_USER=0 "${check[@]}")
+	fi
+	if "${check[@]}" "$phase"; then
+		return 0
+	fi
+	if ! $take_over && ! $adopt_store; then
+		die "an upstream install is in the way (above); run those commands, or rerun $PROG with --take-over (units and port) and --adopt-store (the store)"
+	fi
+	if $DRY_RUN; then
+		$take_over && echo "would: take over from upstream (stop, disable and set aside its units)"
+		$adopt_store && echo "would: grant $USER_NAME access to $STORE_DIR (ACL entries; owners and modes unchanged)"
+		return 0
+	fi
+	if $take_over; then
+		act "take over from upstream: stop and disable its units, set their files aside in /var/backups/cube-templatecenter-upstream" \
+			"${check[@]}" take-over || die "taking over from upstream failed"
+	fi
+	if $adopt_store; then
+		act "grant $USER_NAME access to $STORE_DIR (an ACL entry on each directory; owners and modes unchanged)" \
+			"${check[@]}" adopt-store || die "granting access to $STORE_DIR failed"
+	fi
+	"${check[@]}" "$phase" || die "an upstream install is still in the way (above)"
+}
+
+# create_store creates the artifact store, owned by the agent, only where it
+# is missing: an existing one keeps its owner and mode (--adopt-store).
+create_store() {
+	[ -e "$STORE_DIR" ] || install -d -m 0755 -o "$USER_NAME" -g "$USER_NAME" "$STORE_DIR"
+}
+
 # --- install ------------------------------------------------------------------
 
 # secure_config makes conf.yaml 0640 root:$USER_NAME, also when an older
@@ -388,11 +447,17 @@ wait_health() {
 do_install() {
 	find_binary
 	local upgrade=false was_active=false
-	if [ -e "$D$BIN" ] || [ -e "$D$UNIT_DIR/$SERVICE" ]; then
+	# Upstream's unit has the same name as ours: only ours counts.
+	if [ -e "$D$BIN" ] || grep -q '^ExecStart=.*/templatecenter serve' "$D$UNIT_DIR/$SERVICE" 2>/dev/null; then
 		upgrade=true
 	fi
 	if [ -z "$D" ] && systemctl --quiet is-active "$SERVICE" 2>/dev/null; then
 		was_active=true
+	fi
+	upstream_check "$upgrade"
+	if [ -z "$D" ] && $was_active && ! grep -q '^ExecStart=.*/templatecenter serve' "$UNIT_DIR/$SERVICE" 2>/dev/null; then
+		# The service that ran was upstream's, now taken over.
+		was_active=false
 	fi
 
 	# The address and token: flags, else the existing environment file keeps
@@ -437,7 +502,12 @@ do_install() {
 	fi
 	act "create the user $USER_NAME" systemd-sysusers "$SYSUSERS"
 	act "let only root and the group $USER_NAME read $CONF (it may hold passwords)" secure_config
-	act "create $STORE_DIR, $STATE_DIR and $CACHE_DIR" systemd-tmpfiles --create "$TMPFILES"
+	act "create $STATE_DIR and $CACHE_DIR" systemd-tmpfiles --create "$TMPFILES"
+	if [ -e "$STORE_DIR" ]; then
+		note "keeping the existing $STORE_DIR ($(stat -c '%U:%G %a' "$STORE_DIR"))"
+	else
+		act "create $STORE_DIR" create_store
+	fi
 	act "reload systemd" systemctl daemon-reload
 	act "enable $SOCKET and $SERVICE" systemctl --quiet enable "$SOCKET" "$SERVICE"
 	if ! $start; then

@@ -10,11 +10,13 @@
 # package version: a leading "v" is dropped, "-" becomes "+" (so git describe
 # output stays a valid upstream version), and anything that does not start
 # with a number ("2", "1.4"), such as a bare commit hash or "dev", gets
-# 0.0.0+git in front. DIST= moves the output directory. nfpm runs through
-# `go run`, so a clean checkout needs only Go, gcc, binutils (objdump) and
-# ISA-L's header (libisal-dev; build-deps in the top-level Makefile
-# installs it): the binary dlopens libisal.so.2, which the packages only
-# recommend.
+# 0.0.0+git in front. DIST= moves the output directory. The packager, nfpm,
+# is a pinned Go program installed once into .tools/bin (`make nfpm`, which
+# `make tools` and so `make test` run): building a package then fetches
+# nothing, so it works offline once the module cache is warm. A clean
+# checkout needs only Go, gcc, binutils (objdump) and ISA-L's header
+# (libisal-dev; build-deps in the top-level Makefile installs it): the
+# binary dlopens libisal.so.2, which the packages only recommend.
 
 # Keep the includer's default goal, whether this file is included before or
 # after its first rule.
@@ -23,7 +25,9 @@ tc_pkg_saved_goal := $(.DEFAULT_GOAL)
 GO                ?= go
 VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 DIST              ?= dist
-NFPM              ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+NFPM_VER          := v2.45.2
+NFPM_BIN          := $(CURDIR)/.tools/bin/nfpm
+NFPM              ?= $(NFPM_BIN)
 # The package's Maintainer field. Distributors set their own contact
 # (make deb PKG_MAINTAINER='Name <mail>'); the default is a documented
 # placeholder in the reserved .invalid domain, never a real address.
@@ -38,11 +42,20 @@ PKG_ARCH     = $(shell $(GO) env GOARCH)
 PKG_STAGE    = $(DIST)/stage-$(PKG_VERSION)
 PKG_LDFLAGS  = -s -w -X main.Version=$(VERSION) -extldflags=-Wl,-z,relro,-z,now
 
-.PHONY: deb rpm packages check-units pkg-stage
+.PHONY: deb rpm packages check-units pkg-stage nfpm
 
 packages: deb rpm
 
-deb rpm: pkg-stage
+## nfpm: install the pinned packager into .tools/bin if missing (from
+## outside the module, so go.mod never sees its dependencies).
+nfpm: $(NFPM_BIN)
+
+$(NFPM_BIN):
+	cd /tmp && GOBIN=$(dir $(NFPM_BIN)) GOFLAGS=-mod=mod $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VER)
+
+# The packager is a prerequisite only when it is the pinned one: NFPM=
+# naming another nfpm skips the install.
+deb rpm: pkg-stage $(if $(filter $(NFPM_BIN),$(NFPM)),$(NFPM_BIN))
 	@mkdir -p $(DIST)
 	TC_PKG_STAGE='$(PKG_STAGE)' TC_PKG_VERSION='$(PKG_VERSION)' TC_PKG_ARCH='$(PKG_ARCH)' \
 	TC_PKG_GLIBC="$$(cat $(PKG_STAGE)/glibc)" TC_PKG_MAINTAINER='$(PKG_MAINTAINER)' \

@@ -22,8 +22,9 @@ STATICCHECK_VER := v0.8.2
 
 .PHONY: tools staticcheck
 
-## tools: install the Go test tools (versitygw, staticcheck) into .tools/bin if missing.
-tools: $(TOOLS_BIN)/versitygw $(TOOLS_BIN)/staticcheck
+## tools: install the Go test tools (versitygw, staticcheck) and the
+## packager (nfpm, packaging/packaging.mk) into .tools/bin if missing.
+tools: $(TOOLS_BIN)/versitygw $(TOOLS_BIN)/staticcheck nfpm
 
 $(TOOLS_BIN)/versitygw:
 	cd /tmp && GOBIN=$(TOOLS_BIN) GOFLAGS=-mod=mod $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VER)

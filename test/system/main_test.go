@@ -62,23 +62,37 @@ type build struct {
 	Binary  string // the binary both packages hold
 }
 
-// builds makes the v1 and v2 packages once per test binary.
+// makeEnv is the environment for a nested make: under `make test`, the
+// outer make's flags and variables must not leak into it.
+func makeEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// builds makes the v1 and v2 packages once per test binary. The packager is
+// installed first (`make nfpm`, which may fetch it); the packages are then
+// built with the module proxy off, so a build that reaches for the network
+// fails here.
 var builds = sync.OnceValues(func() ([]build, error) {
+	cmd := exec.Command("make", "-C", repoRoot, "--no-print-directory", "nfpm")
+	cmd.Env = makeEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("make nfpm: %w\n%s", err, out)
+	}
 	var out []build
 	for _, v := range []string{v1, v2} {
 		dist := filepath.Join(workDir, "dist-"+v)
 		cmd := exec.Command("make", "-C", repoRoot, "--no-print-directory", "deb", "rpm", "VERSION="+v, "DIST="+dist)
-		// Under `make test`, the outer make's flags and variables must
-		// not leak into this one.
-		for _, kv := range os.Environ() {
-			if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
-				cmd.Env = append(cmd.Env, kv)
-			}
-		}
+		cmd.Env = append(makeEnv(), "GOPROXY=off", "GOFLAGS=-mod=mod")
 		var log bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &log, &log
 		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("make deb rpm VERSION=%s: %w\n%s", v, err, log.String())
+			return nil, fmt.Errorf("make deb rpm VERSION=%s GOPROXY=off (offline, once the packager is installed): %w\n%s", v, err, log.String())
 		}
 		b := build{Version: v, Binary: filepath.Join(dist, "stage-"+v, "templatecenter")}
 		debs, _ := filepath.Glob(filepath.Join(dist, pkgName+"_"+v+"-1_*.deb"))

@@ -22,7 +22,7 @@ import (
 const (
 	rootfsSuite    = "bookworm"
 	rootfsMirror   = "http://deb.debian.org/debian"
-	rootfsIncludes = "systemd,systemd-sysv,dbus,curl,iproute2,procps,rpm"
+	rootfsIncludes = "systemd,systemd-sysv,dbus,curl,iproute2,procps,rpm,acl"
 	// rootfsCacheEnv moves the cache (default /var/cache/cube-templatecenter-test).
 	rootfsCacheEnv = "CUBE_TC_SYSTEM_TEST_CACHE"
 )

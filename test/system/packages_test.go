@@ -84,6 +84,9 @@ func TestDebPackage(t *testing.T) {
 	if !strings.Contains(depends, "procps") {
 		t.Errorf("Depends %q lacks procps (/bin/kill for ExecReload=)", depends)
 	}
+	if !strings.Contains(depends, "init-system-helpers") {
+		t.Errorf("Depends %q lacks init-system-helpers (deb-systemd-helper in the maintainer scripts)", depends)
+	}
 	// ISA-L is optional: the binary dlopens it and falls back to Go.
 	for _, line := range strings.Split(run(t, "objdump", "-p", old.Binary), "\n") {
 		if f := strings.Fields(line); len(f) == 2 && f[0] == "NEEDED" && strings.HasPrefix(f[1], "libisal") {
@@ -122,14 +125,15 @@ func TestDebPackage(t *testing.T) {
 	if got := strings.Fields(run(t, "dpkg-deb", "-I", old.Deb, "conffiles")); !slices.Equal(got, conffiles) {
 		t.Errorf("conffiles %q, want %q", got, conffiles)
 	}
-	for _, script := range []string{"postinst", "prerm", "postrm"} {
+	for script, src := range map[string]string{"preinst": "upstream-check.sh",
+		"postinst": "deb/postinst", "prerm": "deb/prerm", "postrm": "deb/postrm"} {
 		body := run(t, "dpkg-deb", "-I", old.Deb, script)
-		want, err := os.ReadFile(filepath.Join(repoRoot, "packaging", "deb", script))
+		want, err := os.ReadFile(filepath.Join(repoRoot, "packaging", src))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if body != string(want) {
-			t.Errorf("%s differs from packaging/deb/%s", script, script)
+			t.Errorf("%s differs from packaging/%s", script, src)
 		}
 	}
 
@@ -170,6 +174,14 @@ func TestDebLintian(t *testing.T) {
 		}
 	}
 	t.Logf("lintian:\n%s", out)
+	// Warnings that matter: maintainer scripts go through
+	// deb-systemd-helper and deb-systemd-invoke (policy-rc.d), not
+	// systemctl.
+	for _, tag := range []string{"maintainer-script-calls-systemctl"} {
+		if strings.Contains(string(out), " "+tag+" ") {
+			errs = append(errs, tag)
+		}
+	}
 	if len(errs) > 0 {
 		t.Errorf("lintian errors:\n%s", strings.Join(errs, "\n"))
 	}
@@ -250,16 +262,22 @@ func TestRPMPackage(t *testing.T) {
 		t.Errorf("Recommends %q lacks libisal.so.2()(64bit) (ISA-L inflate for gzip layers)", recommends)
 	}
 
+	// Units are enabled by presets, as %systemd_post does.
+	preset := "/usr/lib/systemd/system-preset/80-cube-templatecenter.preset"
+	if files[preset] != "-rw-r--r--" {
+		t.Errorf("%s: mode %q, want the preset file", preset, files[preset])
+	}
 	scripts := rpmq("-qp", "--scripts", old.RPM)
 	for _, s := range []struct{ header, file string }{
-		{"postinstall scriptlet", "post.sh"}, {"preuninstall scriptlet", "preun.sh"}, {"postuninstall scriptlet", "postun.sh"},
+		{"preinstall scriptlet", "upstream-check.sh"}, {"postinstall scriptlet", "rpm/post.sh"},
+		{"preuninstall scriptlet", "rpm/preun.sh"}, {"postuninstall scriptlet", "rpm/postun.sh"},
 	} {
-		body, err := os.ReadFile(filepath.Join(repoRoot, "packaging", "rpm", s.file))
+		body, err := os.ReadFile(filepath.Join(repoRoot, "packaging", s.file))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(scripts, s.header) || !strings.Contains(scripts, strings.TrimSpace(string(body))) {
-			t.Errorf("rpm --scripts lacks the %s from packaging/rpm/%s:\n%s", s.header, s.file, scripts)
+			t.Errorf("rpm --scripts lacks the %s from packaging/%s:\n%s", s.header, s.file, scripts)
 		}
 	}
 }

@@ -229,8 +229,9 @@ func TestShippedConfig(t *testing.T) {
 	}
 }
 
-// TestSysusersTmpfiles applies the sysusers.d and tmpfiles.d entries to an
-// empty root with the real tools: the user exists and owns its directories.
+// TestSysusersTmpfiles applies the sysusers.d and tmpfiles.d entries to a
+// root with only an upstream-style store (0711 root) with the real tools:
+// the user exists and owns its directories, and the store is left alone.
 func TestSysusersTmpfiles(t *testing.T) {
 	needTools(t, "systemd-sysusers", "systemd-tmpfiles")
 	if os.Getuid() != 0 {
@@ -258,8 +259,20 @@ func TestSysusersTmpfiles(t *testing.T) {
 	if uid <= 0 || uid >= 1000 {
 		t.Fatalf("no system user cube-templatecenter in passwd:\n%s", passwd)
 	}
+	// An existing store, as upstream leaves it, keeps its owner and mode:
+	// tmpfiles.d runs at every boot, so it must not name the store.
+	store := filepath.Join(root, config.Default().Store.Dir)
+	if err := os.MkdirAll(store, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(store, 0o711); err != nil {
+		t.Fatal(err)
+	}
 	run(t, "systemd-tmpfiles", "--root="+root, "--create", filepath.Join(repoRoot, "systemd", "cube-templatecenter.tmpfiles"))
-	for dir, mode := range map[string]os.FileMode{config.Default().Store.Dir: 0o755,
+	if fi, err := os.Stat(store); err != nil || fi.Mode().Perm() != 0o711 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("tmpfiles.d changed the existing store %s: %v %v", store, fi.Mode(), err)
+	}
+	for dir, mode := range map[string]os.FileMode{
 		"/var/lib/cube-templatecenter": 0o750, "/var/cache/cube-templatecenter": 0o750} {
 		fi, err := os.Stat(filepath.Join(root, dir))
 		if err != nil {
@@ -277,7 +290,7 @@ func TestSysusersTmpfiles(t *testing.T) {
 // bash -n and shellcheck.
 func TestScriptsLint(t *testing.T) {
 	needTools(t, "shellcheck")
-	posix := []string{"packaging/deb/postinst", "packaging/deb/prerm", "packaging/deb/postrm",
+	posix := []string{"packaging/upstream-check.sh", "packaging/deb/postinst", "packaging/deb/prerm", "packaging/deb/postrm",
 		"packaging/rpm/post.sh", "packaging/rpm/preun.sh", "packaging/rpm/postun.sh", "packaging/check-units.sh"}
 	for _, s := range posix {
 		run(t, "sh", "-n", filepath.Join(repoRoot, s))
