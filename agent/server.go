@@ -379,6 +379,11 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		status, code = "not_ready", http.StatusServiceUnavailable
 	}
 	body := map[string]any{"status": status, "checks": checks, "space": space}
+	if c, ok := a.objects.(interface{ CredentialsSource() string }); ok {
+		// Which source signs S3 requests (static, env_aws, web_identity,
+		// ...), never the keys: a wrong role shows here.
+		body["blobstore_credentials"] = c.CredentialsSource()
+	}
 	if len(problems) > 0 {
 		body["errors"] = problems
 	}

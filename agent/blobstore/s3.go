@@ -50,9 +50,14 @@ type S3Options struct {
 	Endpoint string
 	// Bucket holds the objects; it must exist.
 	Bucket string
-	// AccessKeyID and SecretAccessKey are static credentials.
+	// AccessKeyID and SecretAccessKey are static credentials, with
+	// SessionToken when STS issued them.
 	AccessKeyID     string
 	SecretAccessKey string
+	SessionToken    string
+	// Credentials, when set and the static keys are not, sign requests
+	// instead (AWSCredentialChain).
+	Credentials *CredentialChain
 	// Region is the bucket's region; empty asks the server.
 	Region string
 	// UsePathStyle addresses the bucket as endpoint/bucket instead of
@@ -83,6 +88,9 @@ func (o S3Options) String() string {
 	if o.SecretAccessKey != "" {
 		o.SecretAccessKey = "REDACTED"
 	}
+	if o.SessionToken != "" {
+		o.SessionToken = "REDACTED"
+	}
 	return fmt.Sprintf("%+v", plain(o))
 }
 
@@ -97,6 +105,7 @@ type S3 struct {
 	core        minio.Core
 	bucket      string
 	secret      string
+	chain       *CredentialChain
 	partSize    int64
 	concurrency int
 	retry       retryPolicy
@@ -112,8 +121,20 @@ func NewS3(opts S3Options) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 endpoint: %w", err)
 	}
-	if opts.Bucket == "" || opts.AccessKeyID == "" || opts.SecretAccessKey == "" {
-		return nil, errors.New("s3: bucket, access key id and secret access key are required")
+	if opts.Bucket == "" {
+		return nil, errors.New("s3: bucket is required")
+	}
+	var creds *credentials.Credentials
+	switch {
+	case opts.AccessKeyID != "" && opts.SecretAccessKey != "":
+		creds = credentials.NewStaticV4(opts.AccessKeyID, opts.SecretAccessKey, opts.SessionToken)
+		opts.Credentials = nil
+	case opts.AccessKeyID != "" || opts.SecretAccessKey != "":
+		return nil, errors.New("s3: access key id and secret access key go together")
+	case opts.Credentials != nil:
+		creds = opts.Credentials.Credentials()
+	default:
+		return nil, errors.New("s3: static keys or a credential chain are required")
 	}
 	if opts.PartSize == 0 {
 		opts.PartSize = DefaultPartSize
@@ -141,7 +162,7 @@ func NewS3(opts S3Options) (*S3, error) {
 		lookup = minio.BucketLookupPath
 	}
 	client, err := minio.New(host, &minio.Options{
-		Creds:        credentials.NewStaticV4(opts.AccessKeyID, opts.SecretAccessKey, ""),
+		Creds:        creds,
 		Secure:       secure,
 		Region:       opts.Region,
 		BucketLookup: lookup,
@@ -151,7 +172,7 @@ func NewS3(opts S3Options) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 client: %s", scrub(err.Error(), opts.SecretAccessKey))
 	}
-	return &S3{core: minio.Core{Client: client}, bucket: opts.Bucket, secret: opts.SecretAccessKey,
+	return &S3{core: minio.Core{Client: client}, bucket: opts.Bucket, secret: opts.SecretAccessKey, chain: opts.Credentials,
 		partSize: opts.PartSize, concurrency: opts.Concurrency, stall: opts.PartStallTimeout,
 		retry: retryPolicy{attempts: opts.Attempts, initial: opts.RetryInitial, max: opts.RetryMax}}, nil
 }
@@ -178,6 +199,15 @@ func parseEndpoint(endpoint string, useSSL bool) (string, bool, error) {
 		return u.Host, true, nil
 	}
 	return "", false, fmt.Errorf("%q: scheme %q is not http or https", endpoint, u.Scheme)
+}
+
+// CredentialsSource names where the keys signing requests come from
+// (CredentialsStatic, or the chain's source in use), never the keys.
+func (s *S3) CredentialsSource() string {
+	if s.chain == nil {
+		return CredentialsStatic
+	}
+	return s.chain.Source()
 }
 
 // Backend returns BackendS3.

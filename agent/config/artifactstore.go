@@ -27,8 +27,10 @@ type ArtifactStore struct {
 	Backend string `yaml:"backend"`
 	// FSRoot is the fs backend's root; store.dir when unset.
 	FSRoot string `yaml:"fs_root"`
-	// S3 locates the bucket; the S3 backend is on only when endpoint,
-	// bucket, access key id and secret are all set.
+	// S3 locates the bucket; the S3 backend is on when endpoint and
+	// bucket are set. Without static keys it takes the AWS credential
+	// chain (AWS_* variables, ~/.aws, web identity, container and
+	// instance roles).
 	S3 S3 `yaml:"s3"`
 	// PresignTTL is how long presigned download URLs stay valid (at most
 	// 7 days, S3's limit).
@@ -57,10 +59,12 @@ type S3 struct {
 	// Endpoint is host:port, or an http(s) URL whose scheme decides TLS.
 	Endpoint string `yaml:"endpoint"`
 	Bucket   string `yaml:"bucket"`
-	// AccessKeyID and SecretAccessKey are static credentials; the secret
-	// never prints (see Secret).
+	// AccessKeyID and SecretAccessKey are static credentials, with
+	// SessionToken when STS issued them; the secrets never print (see
+	// Secret). Unset, the AWS credential chain applies.
 	AccessKeyID     string `yaml:"access_key_id"`
 	SecretAccessKey Secret `yaml:"secret_access_key"`
+	SessionToken    Secret `yaml:"session_token"`
 	Region          string `yaml:"region"`
 	// UsePathStyle addresses buckets as endpoint/bucket (MinIO).
 	UsePathStyle bool `yaml:"use_path_style"`
@@ -160,14 +164,20 @@ func (a *ArtifactStore) s3Missing() []string {
 	}{
 		{a.S3.Endpoint != "", "endpoint (CUBE_S3_ENDPOINT)"},
 		{a.S3.Bucket != "", "bucket (CUBE_S3_BUCKET)"},
-		{a.S3.AccessKeyID != "", "access_key_id (CUBE_S3_ACCESS_KEY_ID)"},
-		{a.S3.SecretAccessKey != "", "secret_access_key (CUBE_S3_SECRET_ACCESS_KEY)"},
+		// The static keys go together; neither means the AWS chain.
+		{a.S3.AccessKeyID != "" || a.S3.SecretAccessKey == "", "access_key_id (CUBE_S3_ACCESS_KEY_ID)"},
+		{a.S3.SecretAccessKey != "" || a.S3.AccessKeyID == "", "secret_access_key (CUBE_S3_SECRET_ACCESS_KEY)"},
 	} {
 		if !r.set {
 			missing = append(missing, r.name)
 		}
 	}
 	return missing
+}
+
+// s3AnySet reports whether any S3 setting that s3Missing checks is set.
+func (a *ArtifactStore) s3AnySet() bool {
+	return a.S3.Endpoint != "" || a.S3.Bucket != "" || a.S3.AccessKeyID != "" || a.S3.SecretAccessKey != ""
 }
 
 // resolve settles the backend and the fs root once file and environment
@@ -188,18 +198,22 @@ func (a *ArtifactStore) resolve(storeDir string) []string {
 		a.FSRoot = storeDir
 	}
 	if a.Backend == BackendS3 {
-		if missing := a.s3Missing(); len(missing) > 0 && len(missing) < 4 {
+		if missing := a.s3Missing(); len(missing) > 0 && a.s3AnySet() {
 			warnings = append(warnings, "artifact_store.s3 is incomplete, the S3 blob store is off; missing: "+
 				strings.Join(missing, ", "))
+		}
+		if a.S3.SessionToken != "" && a.S3.AccessKeyID == "" {
+			warnings = append(warnings, "artifact_store.s3.session_token (CUBE_S3_SESSION_TOKEN) is set without the static keys "+
+				"and is ignored; the AWS chain takes AWS_SESSION_TOKEN")
 		}
 	}
 	return warnings
 }
 
-// Enabled returns the backend to open: BackendFS, BackendS3 when all four
-// S3 settings are set, or "" when no blob store is configured. It is
-// blobstore.Options.Backend; the package stays free of blobstore, whose
-// Open returns no store for "".
+// Enabled returns the backend to open: BackendFS, BackendS3 when endpoint
+// and bucket are set (with both static keys or neither), or "" when no
+// blob store is configured. It is blobstore.Options.Backend; the package
+// stays free of blobstore, whose Open returns no store for "".
 func (a *ArtifactStore) Enabled() string {
 	switch {
 	case strings.EqualFold(strings.TrimSpace(a.Backend), BackendFS):

@@ -98,6 +98,8 @@ artifact_store:
 			func(a *ArtifactStore) { a.S3.SecretAccessKey = "env-secret" }, ""},
 		{"LegacySecret", map[string]string{"CUBE_S3_SECRET_KEY": "legacy-secret"},
 			func(a *ArtifactStore) { a.S3.SecretAccessKey = "legacy-secret" }, "CUBE_S3_SECRET_KEY is deprecated, use CUBE_S3_SECRET_ACCESS_KEY"},
+		{"SessionToken", map[string]string{"CUBE_S3_SESSION_TOKEN": "env-token"},
+			func(a *ArtifactStore) { a.S3.SessionToken = "env-token" }, ""},
 		{"Region", map[string]string{"CUBE_S3_REGION": "us-east-1"}, func(a *ArtifactStore) { a.S3.Region = "us-east-1" }, ""},
 		{"PathStyle", map[string]string{"CUBE_S3_USE_PATH_STYLE": "off"}, func(a *ArtifactStore) { a.S3.UsePathStyle = false }, ""},
 		{"SSL", map[string]string{"CUBE_S3_USE_SSL": "no"}, func(a *ArtifactStore) { a.S3.UseSSL = false }, ""},
@@ -149,6 +151,20 @@ func TestArtifactStoreFlags(t *testing.T) {
 	}
 }
 
+// TestSessionTokenWithoutKeys: a session token alone would be dropped
+// silently; it is named instead.
+func TestSessionTokenWithoutKeys(t *testing.T) {
+	const token = "session-token-value"
+	_, logs, err := loadWith(t, "", map[string]string{"CUBE_S3_ENDPOINT": "minio:9000", "CUBE_S3_BUCKET": "b",
+		"CUBE_S3_SESSION_TOKEN": token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs, "CUBE_S3_SESSION_TOKEN") || !strings.Contains(logs, "ignored") || strings.Contains(logs, token) {
+		t.Errorf("logs = %s; want a warning naming CUBE_S3_SESSION_TOKEN, without its value", logs)
+	}
+}
+
 func TestArtifactStoreEnabled(t *testing.T) {
 	full := map[string]string{"CUBE_S3_ENDPOINT": "minio:9000", "CUBE_S3_BUCKET": "b",
 		"CUBE_S3_ACCESS_KEY_ID": "key-value", "CUBE_S3_SECRET_ACCESS_KEY": "secret-value"}
@@ -173,6 +189,10 @@ func TestArtifactStoreEnabled(t *testing.T) {
 		{"NoBucket", without("CUBE_S3_BUCKET"), "", "bucket (CUBE_S3_BUCKET)"},
 		{"NoKeyID", without("CUBE_S3_ACCESS_KEY_ID"), "", "access_key_id (CUBE_S3_ACCESS_KEY_ID)"},
 		{"NoSecret", without("CUBE_S3_SECRET_ACCESS_KEY"), "", "secret_access_key (CUBE_S3_SECRET_ACCESS_KEY)"},
+		// Without static keys the AWS credential chain signs.
+		{"NoKeys", map[string]string{"CUBE_S3_ENDPOINT": "minio:9000", "CUBE_S3_BUCKET": "b"}, "s3", ""},
+		{"KeysOnly", map[string]string{"CUBE_S3_ACCESS_KEY_ID": "key-value", "CUBE_S3_SECRET_ACCESS_KEY": "secret-value"},
+			"", "endpoint (CUBE_S3_ENDPOINT)"},
 		{"FS", map[string]string{"CUBE_ARTIFACT_STORE_BACKEND": "fs"}, "fs", ""},
 		{"FSWithPartialS3", map[string]string{"CUBE_ARTIFACT_STORE_BACKEND": "fs", "CUBE_S3_BUCKET": "b"}, "fs", ""},
 	}

@@ -50,6 +50,8 @@ var secrets = []secretSpec{
 		field: func(c *Config) *string { return &c.ArtifactStore.S3.AccessKeyID }},
 	{Env: "CUBE_S3_SECRET_ACCESS_KEY", Aliases: []string{"CUBE_S3_SECRET_KEY"}, Key: "artifact_store.s3.secret_access_key",
 		field: func(c *Config) *string { return (*string)(&c.ArtifactStore.S3.SecretAccessKey) }},
+	{Env: "CUBE_S3_SESSION_TOKEN", Key: "artifact_store.s3.session_token",
+		field: func(c *Config) *string { return (*string)(&c.ArtifactStore.S3.SessionToken) }},
 	{Env: "CUBE_TEMPLATE_CENTER_DB_PASSWORD", Key: "instance_db_config.pwd",
 		field: func(c *Config) *string { return (*string)(&c.InstanceDB.Pwd) }},
 	{Env: "CUBE_TEMPLATE_CENTER_REDIS_PASSWORD", Key: "redis.password",

@@ -16,15 +16,43 @@ import (
 // The components the configuration names, opened here so that the agent
 // and the libraries take values, never the configuration's shape.
 
+// credentialsCheckTimeout bounds the first retrieval of S3 keys from the
+// AWS chain at start: STS or a role endpoint that does not answer, or a
+// host with no credentials at all, fails start within it.
+const credentialsCheckTimeout = 15 * time.Second
+
 // openObjectStore opens the blob store the configuration names, or returns
-// nil when none is configured (S3 needs endpoint, bucket and both keys).
-func openObjectStore(cfg *config.Config) (blobstore.Store, error) {
+// nil when none is configured (S3 needs endpoint and bucket). Without
+// static keys, S3 takes the AWS credential chain from getenv, and fails
+// here when no source yields keys.
+func openObjectStore(ctx context.Context, cfg *config.Config, getenv func(string) string) (blobstore.Store, error) {
 	as := cfg.ArtifactStore
-	return blobstore.Open(blobstore.Options{Backend: as.Enabled(), FSRoot: as.FSRoot, S3: blobstore.S3Options{
+	opts := blobstore.Options{Backend: as.Enabled(), FSRoot: as.FSRoot, S3: blobstore.S3Options{
 		Endpoint: as.S3.Endpoint, Bucket: as.S3.Bucket, Region: as.S3.Region, AccessKeyID: as.S3.AccessKeyID,
-		SecretAccessKey: as.S3.SecretAccessKey.Reveal(), UsePathStyle: as.S3.UsePathStyle, UseSSL: as.S3.UseSSL,
+		SecretAccessKey: as.S3.SecretAccessKey.Reveal(), SessionToken: as.S3.SessionToken.Reveal(),
+		UsePathStyle: as.S3.UsePathStyle, UseSSL: as.S3.UseSSL,
 		PartSize: int64(as.PartSize), Concurrency: as.UploadConcurrency, Attempts: as.Attempts,
-		PartStallTimeout: as.PartStallTimeout}})
+		PartStallTimeout: as.PartStallTimeout}}
+	if opts.Backend == blobstore.BackendS3 && as.S3.AccessKeyID == "" {
+		chain := blobstore.AWSCredentialChain(blobstore.AWSChainOptions{Getenv: getenv, Region: as.S3.Region})
+		checkCtx, cancel := context.WithTimeout(ctx, credentialsCheckTimeout)
+		_, err := chain.Check(checkCtx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		opts.S3.Credentials = chain
+	}
+	return blobstore.Open(opts)
+}
+
+// credentialsSource names where the blob store's keys come from, "" for a
+// store without any (fs).
+func credentialsSource(s blobstore.Store) string {
+	if c, ok := s.(interface{ CredentialsSource() string }); ok {
+		return c.CredentialsSource()
+	}
+	return ""
 }
 
 // openDatabase opens CubeMaster's database as instance_db_config names it,

@@ -68,7 +68,7 @@ func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error
 	if err != nil {
 		logger.Warn("read systemd watchdog settings", "err", err)
 	}
-	objects, err := openObjectStore(cfg)
+	objects, err := openObjectStore(ctx, cfg, os.Getenv)
 	if err != nil {
 		if cfg.ArtifactStore.Enabled() == config.BackendFS {
 			// The root comes from the configuration: say where to fix it.
@@ -77,7 +77,11 @@ func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error
 		return fmt.Errorf("open artifact store: %w", err)
 	}
 	if objects != nil {
-		logger.Info("artifacts kept in the blob store", "backend", objects.Backend(), "keep_local", cfg.ArtifactStore.KeepLocal)
+		attrs := []any{"backend", objects.Backend(), "keep_local", cfg.ArtifactStore.KeepLocal}
+		if src := credentialsSource(objects); src != "" {
+			attrs = append(attrs, "credentials", src)
+		}
+		logger.Info("artifacts kept in the blob store", attrs...)
 	}
 	tp, err := setupTracing(ctx, stderr, logger)
 	if err != nil {
