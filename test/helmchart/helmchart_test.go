@@ -63,7 +63,7 @@ func helmBinary(t testing.TB) string {
 func helm(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	home := t.TempDir()
-	cmd := exec.Command(helmBinary(t), args...)
+	cmd := exec.CommandContext(t.Context(), helmBinary(t), args...)
 	cmd.Env = append(os.Environ(),
 		"HOME="+home,
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
@@ -556,6 +556,9 @@ func TestS3MultiReplica(t *testing.T) {
 		vol, ok := podVolume(sts, "secrets")
 		if !ok || vol.Projected == nil {
 			t.Fatalf("volume secrets = %+v, want a projected volume", vol)
+		}
+		if m := vol.Projected.DefaultMode; m == nil || *m != 0o440 {
+			t.Errorf("secrets defaultMode = %v, want 0440 (owner and group read)", m)
 		}
 		dir := mountPath(t, c, "secrets")
 		files := map[string][2]string{}
