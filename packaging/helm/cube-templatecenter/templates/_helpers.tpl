@@ -102,8 +102,8 @@ the blob store and coordinate builds through CubeMaster's database.
 {{- if not (has ($v.database.driver | default "") (list "" "mysql" "postgres")) }}
 {{- fail (printf "database.driver %q: want mysql or postgres" $v.database.driver) }}
 {{- end }}
-{{- if and $v.database.driver (not $v.database.addr) }}
-{{- fail "database.driver is set: database.addr (host:port) is needed too" }}
+{{- if and $v.database.driver (not (and $v.database.addr $v.database.user $v.database.dbName)) }}
+{{- fail "database.driver is set: database.addr (host:port), database.user and database.dbName are needed too" }}
 {{- end }}
 {{- if lt (int (include "cube-templatecenter.shutdownSeconds" .)) 1 }}
 {{- fail (printf "terminationGracePeriodSeconds %v must exceed shutdownMarginSeconds %v: TC needs time to requeue builds and flush reports" $v.terminationGracePeriodSeconds $v.shutdownMarginSeconds) }}
@@ -134,6 +134,9 @@ Secret and its key. Only those with an existingSecret appear.
 {{- with $s.s3.existingSecret }}
 {{- $refs = append $refs (dict "env" "CUBE_S3_ACCESS_KEY_ID" "secret" . "key" $s.s3.accessKeyIdKey) }}
 {{- $refs = append $refs (dict "env" "CUBE_S3_SECRET_ACCESS_KEY" "secret" . "key" $s.s3.secretAccessKeyKey) }}
+{{- with $s.s3.sessionTokenKey }}
+{{- $refs = append $refs (dict "env" "CUBE_S3_SESSION_TOKEN" "secret" $s.s3.existingSecret "key" .) }}
+{{- end }}
 {{- end }}
 {{- with $s.databasePassword.existingSecret }}
 {{- $refs = append $refs (dict "env" "CUBE_TEMPLATE_CENTER_DB_PASSWORD" "secret" . "key" $s.databasePassword.key) }}
