@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -494,6 +496,7 @@ var secretVars = map[string][2]string{
 	"CUBE_TEMPLATE_CALLBACK_TOKEN":        {"cube-callback", "token"},
 	"CUBE_S3_ACCESS_KEY_ID":               {"cube-s3", "id"},
 	"CUBE_S3_SECRET_ACCESS_KEY":           {"cube-s3", "secret"},
+	"CUBE_S3_SESSION_TOKEN":               {"cube-s3", "session"},
 	"CUBE_TEMPLATE_CENTER_DB_PASSWORD":    {"cube-db", "password"},
 	"CUBE_TEMPLATE_CENTER_REDIS_PASSWORD": {"cube-redis", "password"},
 	"CUBE_TEMPLATE_CENTER_RECORD_SECRET":  {"cube-record", "record"},
@@ -605,7 +608,7 @@ func TestS3MultiReplica(t *testing.T) {
 func TestSharedFSMultiReplica(t *testing.T) {
 	m := render(t, "--set", "replicaCount=2", "--set", "artifactStore.backend=fs",
 		"--set", "artifactStore.fs.existingClaim=cube-blobs",
-		"--set", "database.driver=postgres", "--set", "database.addr=pg:5432")
+		"--set", "database.driver=postgres", "--set", "database.addr=pg:5432", "--set", "database.user=cube", "--set", "database.dbName=cube")
 	sts, c, conf := checkCommon(t, m)
 	v, ok := podVolume(sts, "blobs")
 	if !ok || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "cube-blobs" {
@@ -619,7 +622,7 @@ func TestSharedFSMultiReplica(t *testing.T) {
 // TestInvalid checks that helm refuses values that cannot work, with the
 // chart's message.
 func TestInvalid(t *testing.T) {
-	db := []string{"--set", "database.driver=mysql", "--set", "database.addr=db:3306"}
+	db := []string{"--set", "database.driver=mysql", "--set", "database.addr=db:3306", "--set", "database.user=u", "--set", "database.dbName=d"}
 	s3 := []string{"--set", "artifactStore.backend=s3", "--set", "artifactStore.s3.endpoint=http://s3:9000", "--set", "artifactStore.s3.bucket=b"}
 	for _, tc := range []struct {
 		name string
@@ -633,6 +636,7 @@ func TestInvalid(t *testing.T) {
 			"--set", "artifactStore.fs.existingClaim=c", "--set", "artifactStore.fs.accessModes={ReadWriteOnce}"}, db...), "replicaCount 2 needs a shared blob store"},
 		{"ThreeReplicasWithoutDatabase", append([]string{"--set", "replicaCount=3"}, s3...), "replicaCount 3 needs CubeMaster's database"},
 		{"S3WithoutBucket", []string{"--set", "artifactStore.backend=s3", "--set", "artifactStore.s3.endpoint=http://s3:9000"}, "artifactStore.backend s3 needs artifactStore.s3.endpoint and artifactStore.s3.bucket"},
+		{"DatabaseWithoutUser", []string{"--set", "database.driver=mysql", "--set", "database.addr=db:3306", "--set", "database.dbName=d"}, "database.user and database.dbName are needed"},
 		{"GraceBelowMargin", []string{"--set", "terminationGracePeriodSeconds=5"}, "terminationGracePeriodSeconds 5 must exceed shutdownMarginSeconds 5"},
 		{"UnknownBackend", []string{"--set", "artifactStore.backend=gcs"}, "/artifactStore/backend"},
 		{"UnknownValue", []string{"--set", "replicaCont=2"}, "replicaCont"},
@@ -726,4 +730,85 @@ func TestStrictDecoding(t *testing.T) {
 			t.Error("a Secret decoded: the chart must not create Secrets")
 		}
 	})
+}
+
+// TestConfigAccepted feeds each rendered conf.yaml, and the environment the
+// pod gets, to TC's own configuration loader in strict mode (unknown keys
+// fatal): the chart's keys must be the ones TC reads, and its secret
+// variables must reach the configuration.
+func TestConfigAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		secrets bool // every variable of secretVars reaches the configuration
+	}{
+		{"Defaults", nil, false},
+		{"S3MultiReplica", []string{"--values", "testdata/s3-multi.yaml"}, true},
+		{"S3MultiReplicaSecretsAsEnv", []string{"--values", "testdata/s3-multi.yaml", "--set", "secrets.mount=env"}, true},
+		{"SharedFS", []string{"--set", "replicaCount=2", "--set", "artifactStore.backend=fs", "--set", "artifactStore.fs.existingClaim=b",
+			"--set", "database.driver=postgres", "--set", "database.addr=pg:5432", "--set", "database.user=cube", "--set", "database.dbName=cube",
+			"--set", "database.sslmode=verify-full"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := render(t, tc.args...)
+			sts := one(t, "StatefulSets", m.statefulSets)
+			c := container(t, sts)
+			dir := t.TempDir()
+			confPath := filepath.Join(dir, "conf.yaml")
+			if err := os.WriteFile(confPath, []byte(one(t, "ConfigMaps", m.configMaps).Data["conf.yaml"]), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			// The pod's environment, with the mounted paths moved into dir:
+			// each secret's value is its variable's name, in a file or not.
+			env := map[string]string{}
+			want := map[string]string{}
+			for _, e := range c.Env {
+				switch {
+				case e.Name == config.PathEnv:
+					env[e.Name] = confPath
+				case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+					env[e.Name] = "value-of-" + e.Name
+					want[e.Name] = env[e.Name]
+				case strings.HasSuffix(e.Name, "_FILE"):
+					name := strings.TrimSuffix(e.Name, "_FILE")
+					f := filepath.Join(dir, filepath.Base(e.Value))
+					if err := os.WriteFile(f, []byte("value-of-"+name+"\n"), 0o440); err != nil {
+						t.Fatal(err)
+					}
+					env[e.Name] = f
+					want[name] = "value-of-" + name
+				default:
+					env[e.Name] = e.Value
+				}
+			}
+			cfg, rep, err := config.Read(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, config.Options{Strict: true})
+			if err != nil {
+				t.Fatalf("config.Read of the rendered conf.yaml: %v", err)
+			}
+			for _, w := range rep.Warnings {
+				t.Logf("config warning: %s", w.Text)
+			}
+			if cfg.Shutdown.Timeout != 25*time.Second || cfg.Log.Format != "json" || cfg.Common.HTTPPort != int(c.Ports[0].ContainerPort) {
+				t.Errorf("shutdown.timeout %v, log.format %q, http_port %d: want 25s, json, %d",
+					cfg.Shutdown.Timeout, cfg.Log.Format, cfg.Common.HTTPPort, c.Ports[0].ContainerPort)
+			}
+			got := map[string]string{
+				"CUBE_TEMPLATE_CALLBACK_TOKEN":        cfg.Master.Token,
+				"CUBE_S3_ACCESS_KEY_ID":               cfg.ArtifactStore.S3.AccessKeyID,
+				"CUBE_S3_SECRET_ACCESS_KEY":           cfg.ArtifactStore.S3.SecretAccessKey.Reveal(),
+				"CUBE_S3_SESSION_TOKEN":               cfg.ArtifactStore.S3.SessionToken.Reveal(),
+				"CUBE_TEMPLATE_CENTER_DB_PASSWORD":    cfg.InstanceDB.Pwd.Reveal(),
+				"CUBE_TEMPLATE_CENTER_REDIS_PASSWORD": cfg.Redis.Password.Reveal(),
+				"CUBE_TEMPLATE_CENTER_RECORD_SECRET":  cfg.ArtifactStore.RecordSecret.Reveal(),
+			}
+			if tc.secrets && len(want) != len(secretVars) {
+				t.Errorf("the pod's environment feeds %d secrets (%v), want the %d of secretVars", len(want), want, len(secretVars))
+			}
+			for name, v := range got {
+				if v != want[name] {
+					t.Errorf("configuration's %s = %q, want %q", name, v, want[name])
+				}
+			}
+		})
+	}
 }
