@@ -619,6 +619,24 @@ func TestSharedFSMultiReplica(t *testing.T) {
 	}
 }
 
+// TestStoreOnCubeMastersClaim: one replica without a blob store writes
+// into CubeMaster's artifact claim, at CubeMaster's path, since TC reports
+// artifacts by path.
+func TestStoreOnCubeMastersClaim(t *testing.T) {
+	m := render(t, "--set", "persistence.store.type=existingClaim", "--set", "persistence.store.existingClaim=cubemaster-artifacts")
+	sts, c, conf := checkCommon(t, m)
+	v, ok := podVolume(sts, "store")
+	if !ok || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "cubemaster-artifacts" {
+		t.Fatalf("volume store = %+v, want claim cubemaster-artifacts", v)
+	}
+	if got, want := claimNames(sts), []string{"spool"}; !slices.Equal(got, want) {
+		t.Errorf("volumeClaimTemplates = %v, want %v", got, want)
+	}
+	if got := mountPath(t, c, "store"); got != "/data/CubeMaster/storage" || lookup(conf, "store.dir") != got {
+		t.Errorf("store mounted at %s, store.dir %v: want CubeMaster's /data/CubeMaster/storage", got, lookup(conf, "store.dir"))
+	}
+}
+
 // TestInvalid checks that helm refuses values that cannot work, with the
 // chart's message.
 func TestInvalid(t *testing.T) {
@@ -636,6 +654,9 @@ func TestInvalid(t *testing.T) {
 			"--set", "artifactStore.fs.existingClaim=c", "--set", "artifactStore.fs.accessModes={ReadWriteOnce}"}, db...), "replicaCount 2 needs a shared blob store"},
 		{"ThreeReplicasWithoutDatabase", append([]string{"--set", "replicaCount=3"}, s3...), "replicaCount 3 needs CubeMaster's database"},
 		{"S3WithoutBucket", []string{"--set", "artifactStore.backend=s3", "--set", "artifactStore.s3.endpoint=http://s3:9000"}, "artifactStore.backend s3 needs artifactStore.s3.endpoint and artifactStore.s3.bucket"},
+		{"SharedStoreClaimTwoReplicas", append(append([]string{"--set", "replicaCount=2", "--set", "persistence.store.type=existingClaim",
+			"--set", "persistence.store.existingClaim=c"}, s3...), db...), "each replica needs a store of its own"},
+		{"StoreClaimWithoutName", []string{"--set", "persistence.store.type=existingClaim"}, "needs persistence.store.existingClaim"},
 		{"DatabaseWithoutUser", []string{"--set", "database.driver=mysql", "--set", "database.addr=db:3306", "--set", "database.dbName=d"}, "database.user and database.dbName are needed"},
 		{"GraceBelowMargin", []string{"--set", "terminationGracePeriodSeconds=5"}, "terminationGracePeriodSeconds 5 must exceed shutdownMarginSeconds 5"},
 		{"UnknownBackend", []string{"--set", "artifactStore.backend=gcs"}, "/artifactStore/backend"},

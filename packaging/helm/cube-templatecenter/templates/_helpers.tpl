@@ -59,7 +59,7 @@ filesystem is read-only.
 */}}
 {{- define "cube-templatecenter.configDir" -}}/etc/cube-templatecenter{{- end }}
 {{- define "cube-templatecenter.spoolDir" -}}/var/lib/cube-templatecenter{{- end }}
-{{- define "cube-templatecenter.storeDir" -}}/data/store{{- end }}
+{{- define "cube-templatecenter.storeDir" -}}{{ .Values.persistence.store.mountPath }}{{- end }}
 {{- define "cube-templatecenter.workDir" -}}/var/cache/cube-templatecenter{{- end }}
 {{- define "cube-templatecenter.secretDir" -}}/run/secrets/cube-templatecenter{{- end }}
 
@@ -114,10 +114,19 @@ the blob store and coordinate builds through CubeMaster's database.
 {{- if not (has $v.podAntiAffinity.type (list "soft" "hard" "none")) }}
 {{- fail (printf "podAntiAffinity.type %q: want soft, hard or none" $v.podAntiAffinity.type) }}
 {{- end }}
-{{- range $name, $p := dict "store" $v.persistence.store "workDir" $v.persistence.workDir }}
-{{- if not (has $p.type (list "pvc" "emptyDir")) }}
-{{- fail (printf "persistence.%s.type %q: want pvc or emptyDir" $name $p.type) }}
+{{- if not (has $v.persistence.store.type (list "pvc" "emptyDir" "existingClaim")) }}
+{{- fail (printf "persistence.store.type %q: want pvc, emptyDir or existingClaim" $v.persistence.store.type) }}
 {{- end }}
+{{- if eq $v.persistence.store.type "existingClaim" }}
+{{- if not $v.persistence.store.existingClaim }}
+{{- fail "persistence.store.type existingClaim needs persistence.store.existingClaim (e.g. CubeMaster's artifact claim)" }}
+{{- end }}
+{{- if gt $replicas 1 }}
+{{- fail (printf "replicaCount %d with persistence.store.type existingClaim: each replica needs a store of its own (pvc or emptyDir), with S3 holding the shared copy" $replicas) }}
+{{- end }}
+{{- end }}
+{{- if not (has $v.persistence.workDir.type (list "pvc" "emptyDir")) }}
+{{- fail (printf "persistence.workDir.type %q: want pvc or emptyDir" $v.persistence.workDir.type) }}
 {{- end }}
 {{- end }}
 
