@@ -56,7 +56,7 @@ demo: build
 ## test: everything CI runs (installs missing Debian test packages when root).
 ## ISA-L must load: its tests fail rather than fall back to Go alone.
 test: deps tools fmt-check tidy-check vet staticcheck
-	TC_EXPECT_ISAL=1 $(GO) test -count=1 -timeout 30m ./...
+	TC_EXPECT_ISAL=1 TC_HELM=$(TOOLS_BIN)/helm $(GO) test -count=1 -timeout 30m ./...
 
 ## test-no-isal: the gzip readers' packages with the pure-Go inflater forced,
 ## as on a machine without libisal2 (CI runs it after make test).

@@ -5,9 +5,11 @@
 #   make staticcheck   lints the module (make test runs it)
 #
 # versitygw is a real S3 server for test/s3server (agent/blobstore's tests);
-# staticcheck is the linter `make staticcheck` runs. Both are installed from
-# outside the module (cd /tmp, GOFLAGS=-mod=mod), so this repository's go.mod
-# and go.sum never see their dependencies.
+# staticcheck is the linter `make staticcheck` runs; helm lints and renders
+# the chart in packaging/helm for test/helmchart (TC_HELM). All are installed
+# from outside the module (cd /tmp, GOFLAGS=-mod=mod), so this repository's
+# go.mod and go.sum never see their dependencies. Each is built once, when
+# missing (helm takes a few minutes on a cold module cache).
 
 # Keep the includer's default goal, whether this file is included before or
 # after its first rule.
@@ -19,12 +21,13 @@ VERSITYGW_VER   := v1.8.0
 # honnef.co/go/tools v0.8.2 is staticcheck release 2026.2.2, which knows
 # Go 1.26.
 STATICCHECK_VER := v0.8.2
+HELM_VER        := v3.22.0
 
 .PHONY: tools staticcheck
 
-## tools: install the Go test tools (versitygw, staticcheck) and the
+## tools: install the Go test tools (versitygw, staticcheck, helm) and the
 ## packager (nfpm, packaging/packaging.mk) into .tools/bin if missing.
-tools: $(TOOLS_BIN)/versitygw $(TOOLS_BIN)/staticcheck nfpm
+tools: $(TOOLS_BIN)/versitygw $(TOOLS_BIN)/staticcheck $(TOOLS_BIN)/helm nfpm
 
 $(TOOLS_BIN)/versitygw:
 	cd /tmp && GOBIN=$(TOOLS_BIN) GOFLAGS=-mod=mod $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VER)
@@ -38,5 +41,8 @@ staticcheck: build-deps $(TOOLS_BIN)/staticcheck
 
 $(TOOLS_BIN)/staticcheck:
 	cd /tmp && GOBIN=$(TOOLS_BIN) GOFLAGS=-mod=mod $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VER)
+
+$(TOOLS_BIN)/helm:
+	cd /tmp && GOBIN=$(TOOLS_BIN) GOFLAGS=-mod=mod $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VER)
 
 .DEFAULT_GOAL := $(tc_tools_saved_goal)

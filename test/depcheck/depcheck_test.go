@@ -63,6 +63,8 @@ var rules = []rule{
 	// imagetest knows no ext4, so that rootfs/ext4's own tests can use it.
 	{"rootfs/internal/imagetest", []string{"test/..."}},
 	{"bench/...", []string{"bench", "test/...", "rootfs/..."}},
+	// The chart's tests import only the Kubernetes API types, in test files.
+	{"test/helmchart", nil},
 	{"test/...", []string{"test/..."}},
 }
 
@@ -158,6 +160,25 @@ func closure(graph map[string][]string, pkg string) []string {
 // library: the wire contract must not change because a dependency did.
 var stdlibOnly = []string{"agent/api"}
 
+// testOnlyModules are import path prefixes no package's non-test files may
+// import: the Kubernetes API types check the Helm chart's manifests
+// (test/helmchart) and must never reach the binary.
+var testOnlyModules = []string{"k8s.io/", "sigs.k8s.io/"}
+
+// testOnlyViolations lists non-test imports of the test-only modules.
+func testOnlyViolations(external map[string][]string) []string {
+	var bad []string
+	for pkg, imports := range external {
+		for _, imp := range imports {
+			if slices.ContainsFunc(testOnlyModules, func(p string) bool { return strings.HasPrefix(imp, p) }) {
+				bad = append(bad, pkg+" imports "+imp+" outside its tests")
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
 // projectGraph reads the non-test imports of every package in the module:
 // the module's own packages (module-relative) in graph, the others (third
 // party, outside the standard library) in external.
@@ -216,6 +237,9 @@ func TestImports(t *testing.T) {
 	for _, v := range violations(graph) {
 		t.Error(v)
 	}
+	for _, v := range testOnlyViolations(external) {
+		t.Error(v)
+	}
 	for _, pkg := range stdlibOnly {
 		if _, ok := graph[pkg]; !ok {
 			t.Errorf("%s not found", pkg)
@@ -253,5 +277,18 @@ func TestRulesCatch(t *testing.T) {
 	}
 	if got := violations(map[string][]string{"cmd/templatecenter": {"agent", "rootfs"}, "agent": {"spool", "rootfs", "agent/api"}, "agent/api": nil, "spool": nil, "rootfs": {"rootfs/ext4"}, "rootfs/ext4": nil}); len(got) != 0 {
 		t.Errorf("violations of the allowed graph: %q", got)
+	}
+}
+
+// TestTestOnlyCatch proves a non-test import of the Kubernetes modules is
+// reported, and that other third-party imports are not.
+func TestTestOnlyCatch(t *testing.T) {
+	got := testOnlyViolations(map[string][]string{
+		"agent":              {"k8s.io/api/core/v1"},
+		"cmd/templatecenter": {"sigs.k8s.io/yaml", "github.com/prometheus/client_golang/prometheus"},
+	})
+	want := []string{"agent imports k8s.io/api/core/v1 outside its tests", "cmd/templatecenter imports sigs.k8s.io/yaml outside its tests"}
+	if !slices.Equal(got, want) {
+		t.Errorf("testOnlyViolations = %q, want %q", got, want)
 	}
 }
