@@ -125,8 +125,10 @@ func (cw *ConfigWatcher) Close() error {
 }
 
 // WatchConfig calls reload whenever the file at path changes, including
-// editors' write-to-temp-and-rename, until ctx ends or Close is called. It
-// watches the parent directory, since a rename replaces the file's inode.
+// editors' write-to-temp-and-rename and a Kubernetes ConfigMap update
+// (which swaps a symlink the file's own link goes through, with no event on
+// the file's name), until ctx ends or Close is called. It watches the
+// parent directory, since a rename replaces the file's inode.
 func WatchConfig(ctx context.Context, path string, logger *slog.Logger, reload func()) (*ConfigWatcher, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -139,6 +141,17 @@ func WatchConfig(ctx context.Context, path string, logger *slog.Logger, reload f
 	if err := w.Add(dir); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("watch config directory %s: %w", dir, err)
+	}
+	// target is the file path resolves to; a change of it through a
+	// symlink elsewhere in the directory is a change of the config.
+	target, _ := filepath.EvalSymlinks(path)
+	retargeted := func() bool {
+		now, err := filepath.EvalSymlinks(path)
+		if err != nil || now == target {
+			return false
+		}
+		target = now
+		return true
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	cw := &ConfigWatcher{cancel: cancel, done: make(chan struct{})}
@@ -159,7 +172,9 @@ func WatchConfig(ctx context.Context, path string, logger *slog.Logger, reload f
 				if !ok {
 					return
 				}
-				if filepath.Base(ev.Name) == name && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Chmod) != 0 {
+				switch {
+				case filepath.Base(ev.Name) == name && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Chmod) != 0,
+					ev.Op&(fsnotify.Create|fsnotify.Rename) != 0 && retargeted():
 					settle = time.After(250 * time.Millisecond)
 				}
 			case err, ok := <-w.Errors:

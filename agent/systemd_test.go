@@ -79,3 +79,44 @@ func TestConfigWatcherEndsWithContext(t *testing.T) {
 		t.Errorf("Close after ctx ended: %v", err)
 	}
 }
+
+// TestConfigWatcherFollowsConfigMapUpdate: Kubernetes mounts a ConfigMap as
+// conf.yaml -> ..data/conf.yaml, ..data -> ..<timestamp>, and updates it by
+// renaming a new ..data link over the old one: no event names conf.yaml.
+func TestConfigWatcherFollowsConfigMapUpdate(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, content string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "conf.yaml"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_12_01_a", "log:\n  level: info\n")
+	for _, l := range [][2]string{{"..2026_12_01_a", "..data"}, {"..data/conf.yaml", "conf.yaml"}} {
+		if err := os.Symlink(l[0], filepath.Join(dir, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reloads := make(chan struct{}, 10)
+	cw, err := WatchConfig(context.Background(), filepath.Join(dir, "conf.yaml"), slog.New(slog.DiscardHandler),
+		func() { reloads <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cw.Close()
+	version("..2026_12_01_b", "log:\n  level: debug\n")
+	if err := os.Symlink("..2026_12_01_b", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reloads:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reload after the ConfigMap's ..data link was swapped")
+	}
+}
