@@ -22,6 +22,10 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
+// liveCloseTimeout bounds the last live progress writes at exit; with
+// traceFlushTimeout it is what a stop takes past shutdown.timeout.
+const liveCloseTimeout = 2 * time.Second
+
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) > 0 {
 		return fmt.Errorf("%w: serve takes no arguments (configure with %s)", errUsage, config.PathEnv)
@@ -115,7 +119,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if live != nil {
 		opts.LiveProgress = live
 		defer func() {
-			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			closeCtx, cancel := context.WithTimeout(context.Background(), liveCloseTimeout)
 			defer cancel()
 			if err := live.Close(closeCtx); err != nil {
 				logger.Warn("close live progress publisher", "err", err)
