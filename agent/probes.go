@@ -138,7 +138,7 @@ func (g *guardedCheck) run(ctx context.Context, timeout time.Duration, check fun
 		at = &attempt{since: time.Now(), done: make(chan struct{})}
 		g.inflight = at
 		go func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
 			at.err = check(cctx)
 			cancel()
 			g.mu.Lock()
@@ -164,7 +164,6 @@ func (g *guardedCheck) run(ctx context.Context, timeout time.Duration, check fun
 type checker struct {
 	guards  sync.Map // check name → *guardedCheck
 	result  atomic.Pointer[probeResult]
-	rounds  atomic.Int64
 	started atomic.Pointer[time.Time]
 }
 
@@ -234,7 +233,6 @@ func (a *Agent) checkRound(ctx context.Context) {
 	}
 	r.at = time.Now()
 	a.checker.result.Store(r)
-	a.checker.rounds.Add(1)
 }
 
 // checkLoop refreshes the readiness checks every checkEvery until ctx ends.
