@@ -281,7 +281,6 @@ func (a *Agent) handleLivez(w http.ResponseWriter, _ *http.Request) {
 	body := map[string]any{"status": "ok", "loops_seconds_since_round": loops}
 	if stale := staleLoops(now, start, last, bounds); len(stale) > 0 {
 		body["status"], body["errors"] = "stalled", stale
-		noteReason(w, "loops stalled")
 		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
@@ -311,7 +310,6 @@ func (a *Agent) handleReadyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	if len(problems) > 0 {
 		body["status"], body["errors"] = "not_ready", problems
-		noteReason(w, "not ready")
 		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}

@@ -206,6 +206,11 @@ func TestReadyzBelowReserve(t *testing.T) {
 	if code, b := getProbe(t, http.DefaultClient, h, "/livez"); code != http.StatusOK {
 		t.Errorf("/livez with the store below its reserve = %d %+v, want 200", code, b)
 	}
+	// A probe's 503 is an answer, not a refused request: no WARN line
+	// every few seconds.
+	if line, ok := findLogLine(h.logs.String(), "path=/readyz"); ok {
+		t.Errorf("a /readyz 503 was logged as a rejection: %s", line)
+	}
 }
 
 // TestLivezStuckReporter: a reporter stuck on a callback CubeMaster never
