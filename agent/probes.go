@@ -2,12 +2,10 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,18 +72,18 @@ func (h *heartbeats) snapshot() map[string]time.Time {
 	return maps.Clone(h.last)
 }
 
-// staleLoops returns, in name order, an error for each loop whose last
-// beat is older than its bound at now; a loop that never beat counts as
-// beating at start.
+// staleLoops returns, by loop, why each loop whose last beat is older than
+// its bound at now is stale; a loop that never beat counts as beating at
+// start.
 func staleLoops(now, start time.Time, last map[string]time.Time, bounds map[string]time.Duration) map[string]string {
 	stale := map[string]string{}
-	for _, loop := range slices.Sorted(maps.Keys(bounds)) {
+	for loop, bound := range bounds {
 		at, ok := last[loop]
 		if !ok {
 			at = start
 		}
-		if age := now.Sub(at); age > bounds[loop] {
-			stale[loop] = fmt.Sprintf("%s loop has not gone round for %s (bound %s)", loop, age.Round(time.Second), bounds[loop])
+		if age := now.Sub(at); age > bound {
+			stale[loop] = fmt.Sprintf("%s loop has not gone round for %s (bound %s)", loop, age.Round(time.Second), bound)
 		}
 	}
 	return stale
@@ -306,7 +304,7 @@ func (a *Agent) handleReadyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	if a.stopping.Load() {
-		problems["accepting"] = errors.New("shutting down").Error()
+		problems["accepting"] = "shutting down"
 	}
 	if len(problems) > 0 {
 		body["status"], body["errors"] = "not_ready", problems
