@@ -49,6 +49,7 @@ type Agent struct {
 	reporter         *report.Reporter
 	notify           Notifier
 	watchdogInterval time.Duration
+	stopReserve      time.Duration
 
 	// ready is set once the agent serves; stopping once it stops.
 	ready    atomic.Bool
@@ -108,6 +109,10 @@ type Options struct {
 	// main from OTEL_*); nil makes none, and callbacks carry the trace
 	// context CubeMaster sent with the build.
 	TracerProvider trace.TracerProvider
+	// StopReserve is how long main's own flushes may take once Run
+	// returns: the drain gets shutdown.timeout less it (at least half),
+	// so that the whole stop fits shutdown.timeout.
+	StopReserve time.Duration
 }
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
@@ -127,6 +132,7 @@ func New(o Options) *Agent {
 		level:            o.Level,
 		notify:           o.Notify,
 		watchdogInterval: o.Watchdog,
+		stopReserve:      o.StopReserve,
 		abort:            make(chan struct{}),
 		purgeEvery:       defaultPurgeEvery,
 		tracer:           tracerOf(o.TracerProvider),
@@ -247,9 +253,10 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	// Joined before STOPPING=1, so no WATCHDOG or STATUS line follows it.
 	stopLoops()
 	a.notify("STOPPING=1")
-	a.logger.Info("stopping")
+	drain := drainBudget(cfg.Shutdown.Timeout, a.stopReserve)
+	a.logger.Info("stopping", "drain", drain)
 
-	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), drain)
 	var abortWatch sync.WaitGroup
 	defer abortWatch.Wait()
 	defer cancelStop()
@@ -263,7 +270,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	})
 	// Answer requests already in flight; new ones are refused by the
 	// closed listener (and by the stopping flag until then).
-	httpCtx, cancelHTTP := context.WithTimeout(stopCtx, cfg.Shutdown.Timeout/4)
+	httpCtx, cancelHTTP := context.WithTimeout(stopCtx, drain/4)
 	if err := srv.Shutdown(httpCtx); err != nil {
 		a.logger.Warn("HTTP shutdown", "err", err)
 	}
@@ -285,6 +292,13 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	}
 	a.logger.Info("stopped")
 	return runErr
+}
+
+// drainBudget is the part of a stop bounded by timeout that Run may take:
+// timeout less what main flushes after it, but never under half of it, so
+// a short timeout still leaves requests and reports their time.
+func drainBudget(timeout, reserve time.Duration) time.Duration {
+	return max(timeout-reserve, timeout/2)
 }
 
 // startLoops runs the watchdog, status, purge, reconcile and readiness check loops until ctx ends or

@@ -215,15 +215,15 @@ func parseNetworks(key string, list []string) ([]netip.Prefix, error) {
 
 // Shutdown bounds a graceful stop.
 type Shutdown struct {
-	// Timeout must stay below the unit's TimeoutStopSec and the pod's
-	// terminationGracePeriodSeconds, less what main flushes after it.
+	// Timeout bounds the whole stop, the final flushes included; it must
+	// stay below the unit's TimeoutStopSec and the pod's
+	// terminationGracePeriodSeconds.
 	Timeout time.Duration `yaml:"timeout"`
 }
 
-// DefaultShutdownTimeout bounds the drain of a stop by default: with the
-// flushes main does after it (live progress, traces: 5 s at most) a stop
-// ends within Kubernetes' default 30 s grace period.
-const DefaultShutdownTimeout = 20 * time.Second
+// DefaultShutdownTimeout bounds a stop by default: 5 s inside Kubernetes'
+// default 30 s grace period, for the signal and the exit.
+const DefaultShutdownTimeout = 25 * time.Second
 
 // Default returns the built-in configuration.
 func Default() *Config {

@@ -23,7 +23,8 @@ import (
 )
 
 // liveCloseTimeout bounds the last live progress writes at exit; with
-// traceFlushTimeout it is what a stop takes past shutdown.timeout.
+// traceFlushTimeout it is what serve does once the agent has stopped,
+// within shutdown.timeout.
 const liveCloseTimeout = 2 * time.Second
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -93,7 +94,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	load := func() (*config.Config, error) { return config.Load(os.LookupEnv, logger) }
 	opts := agent.Options{Config: cfg, Load: load, Spool: sp, Builder: builder, Objects: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog,
-		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}, TracerProvider: tp}
+		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}, TracerProvider: tp,
+		StopReserve: liveCloseTimeout + traceFlushTimeout}
 	db, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open CubeMaster's database (instance_db_config): %w", err)
