@@ -22,11 +22,6 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
-// liveCloseTimeout bounds the last live progress writes at exit; with
-// traceFlushTimeout it is what serve does once the agent has stopped,
-// within shutdown.timeout.
-const liveCloseTimeout = 2 * time.Second
-
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(args) > 0 {
 		return fmt.Errorf("%w: serve takes no arguments (configure with %s)", errUsage, config.PathEnv)
@@ -217,3 +212,8 @@ func listener(cfg *config.Config, logger *slog.Logger) (net.Listener, error) {
 	}
 	return ln, nil
 }
+
+// liveCloseTimeout bounds the last live progress writes at exit; with
+// traceFlushTimeout it is what serve does once the agent has stopped,
+// within shutdown.timeout.
+const liveCloseTimeout = 2 * time.Second
