@@ -49,6 +49,7 @@ type Agent struct {
 	reporter         *report.Reporter
 	notify           Notifier
 	watchdogInterval time.Duration
+	stopReserve      time.Duration
 
 	// ready is set once the agent serves; stopping once it stops.
 	ready    atomic.Bool
@@ -64,6 +65,12 @@ type Agent struct {
 	reloadMu  sync.Mutex
 	// purgeEvery is how often finished jobs past retention are forgotten.
 	purgeEvery time.Duration
+	// beats are the loops' last rounds, for /livez; checker keeps the
+	// readiness checks' last round, for /readyz.
+	beats   heartbeats
+	checker checker
+	// boundOverride replaces loops' liveness bounds (tests).
+	boundOverride map[string]time.Duration
 }
 
 // ConfigLoader reads the configuration from where main found it.
@@ -102,6 +109,10 @@ type Options struct {
 	// main from OTEL_*); nil makes none, and callbacks carry the trace
 	// context CubeMaster sent with the build.
 	TracerProvider trace.TracerProvider
+	// StopReserve is how long main's own flushes may take once Run
+	// returns: the drain gets shutdown.timeout less it (at least half),
+	// so that the whole stop fits shutdown.timeout.
+	StopReserve time.Duration
 }
 
 // defaultPurgeEvery is how often finished jobs past spool.retention are
@@ -121,6 +132,7 @@ func New(o Options) *Agent {
 		level:            o.Level,
 		notify:           o.Notify,
 		watchdogInterval: o.Watchdog,
+		stopReserve:      o.StopReserve,
 		abort:            make(chan struct{}),
 		purgeEvery:       defaultPurgeEvery,
 		tracer:           tracerOf(o.TracerProvider),
@@ -143,6 +155,7 @@ func New(o Options) *Agent {
 		a.metrics.register(newLayerCacheCollector(c))
 	}
 	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback, o.TracerProvider)
+	a.reporter.Beat = func() { a.beats.beat(loopReporter, time.Now()) }
 	for _, part := range []any{o.LiveProgress, o.TracerProvider} {
 		if c, ok := part.(interface{ Collectors() []prometheus.Collector }); ok {
 			a.metrics.register(c.Collectors()...)
@@ -156,7 +169,8 @@ func New(o Options) *Agent {
 		Logger: o.Logger, Metrics: a.metrics.scoped()}
 	execOpts := jobs.Options{Jobs: o.Spool, Builder: o.Builder, Reporter: a.reporter,
 		Settings: func() config.Build { return a.config().Build }, Replicas: replicas,
-		Logger: o.Logger, Tracer: a.tracer, Metrics: a.metrics.scoped()}
+		Logger: o.Logger, Tracer: a.tracer, Metrics: a.metrics.scoped(),
+		Beat: func() { a.beats.beat(loopDispatcher, time.Now()) }}
 	// Typed nils would pass for a database or a publisher that is there.
 	if o.Database != nil {
 		artOpts.Rows, execOpts.Locks = o.Database, o.Database
@@ -206,6 +220,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	defer cancelBuilds()
 	reportCtx, cancelReports := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReports()
+	a.startBeats()
 	var bg sync.WaitGroup
 	bg.Add(2)
 	go func() { defer bg.Done(); a.reporter.Run(reportCtx) }()
@@ -238,9 +253,10 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	// Joined before STOPPING=1, so no WATCHDOG or STATUS line follows it.
 	stopLoops()
 	a.notify("STOPPING=1")
-	a.logger.Info("stopping")
+	drain := drainBudget(cfg.Shutdown.Timeout, a.stopReserve)
+	a.logger.Info("stopping", "drain", drain)
 
-	stopCtx, cancelStop := context.WithTimeout(context.Background(), cfg.Shutdown.Timeout)
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), drain)
 	var abortWatch sync.WaitGroup
 	defer abortWatch.Wait()
 	defer cancelStop()
@@ -254,7 +270,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	})
 	// Answer requests already in flight; new ones are refused by the
 	// closed listener (and by the stopping flag until then).
-	httpCtx, cancelHTTP := context.WithTimeout(stopCtx, cfg.Shutdown.Timeout/4)
+	httpCtx, cancelHTTP := context.WithTimeout(stopCtx, drain/4)
 	if err := srv.Shutdown(httpCtx); err != nil {
 		a.logger.Warn("HTTP shutdown", "err", err)
 	}
@@ -278,13 +294,20 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	return runErr
 }
 
-// startLoops runs the watchdog, status, purge and reconcile loops until ctx ends or
+// drainBudget is the part of a stop bounded by timeout that Run may take:
+// timeout less what main flushes after it, but never under half of it, so
+// a short timeout still leaves requests and reports their time.
+func drainBudget(timeout, reserve time.Duration) time.Duration {
+	return max(timeout-reserve, timeout/2)
+}
+
+// startLoops runs the watchdog, status, purge, reconcile and readiness check loops until ctx ends or
 // stop is called; stop cancels them and returns once all have returned.
 // Calling stop again returns at once.
 func (a *Agent) startLoops(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var loops sync.WaitGroup
-	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop, a.artifacts.Reconcile} {
+	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop, a.artifacts.Reconcile, a.checkLoop} {
 		loops.Go(func() { loop(ctx) })
 	}
 	return func() {
@@ -348,6 +371,7 @@ func (a *Agent) statusLoop(ctx context.Context) {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
+		a.beats.beat(loopStatus, time.Now())
 		q, r, err := a.spool.Counts(ctx)
 		if err == nil {
 			o, _ := a.spool.OutboxDepth(ctx)

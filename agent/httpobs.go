@@ -110,9 +110,10 @@ func (o *httpObserver) wrap(mux http.Handler) http.Handler {
 }
 
 // rejected tells the answers logged as rejections: every 4xx, and the
-// retry-later 503 and 507, except the readiness probe's.
+// retry-later 503 and 507, except the probes' (/health, /livez, /readyz).
 func rejected(route string, status int) bool {
-	if route == healthRoute {
+	switch route {
+	case healthRoute, "GET /livez", "GET /readyz":
 		return false
 	}
 	return status >= 400 && status < 500 || status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage

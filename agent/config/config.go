@@ -223,9 +223,15 @@ func parseNetworks(key string, list []string) ([]netip.Prefix, error) {
 
 // Shutdown bounds a graceful stop.
 type Shutdown struct {
-	// Timeout must stay below the unit's TimeoutStopSec.
+	// Timeout bounds the whole stop, the final flushes included; it must
+	// stay below the unit's TimeoutStopSec and the pod's
+	// terminationGracePeriodSeconds.
 	Timeout time.Duration `yaml:"timeout"`
 }
+
+// DefaultShutdownTimeout bounds a stop by default: 5 s inside Kubernetes'
+// default 30 s grace period, for the signal and the exit.
+const DefaultShutdownTimeout = 25 * time.Second
 
 // Default returns the built-in configuration.
 func Default() *Config {
@@ -244,7 +250,7 @@ func Default() *Config {
 			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30,
 			StallTimeout: 5 * time.Minute, MinTransferRate: 1 << 10},
 		Registry: Registry{DenyNetworks: DefaultDenyNetworks()},
-		Shutdown: Shutdown{Timeout: 25 * time.Second},
+		Shutdown: Shutdown{Timeout: DefaultShutdownTimeout},
 		// The artifact store's defaults live beside it, in artifactstore.go.
 		ArtifactStore: defaultArtifactStore(),
 		InstanceDB:    defaultInstanceDB(),
@@ -541,6 +547,16 @@ var envOverrides = []envOverride{
 			return fmt.Errorf("%s: %q is not a number", name, v)
 		}
 		c.Build.MaxConcurrentBuilds = n
+		return nil
+	}},
+	// A pod's grace period is set in its spec: the drain follows it
+	// without a config file of its own.
+	{[]string{"CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT"}, func(c *Config, name, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a duration (such as 50s)", name, v)
+		}
+		c.Shutdown.Timeout = d
 		return nil
 	}},
 }

@@ -97,7 +97,8 @@ func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error
 	}
 	opts := agent.Options{Config: cfg, Load: load, Spool: sp, Builder: builder, Objects: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog,
-		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}, TracerProvider: tp}
+		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}, TracerProvider: tp,
+		StopReserve: liveCloseTimeout + traceFlushTimeout}
 	db, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open CubeMaster's database (instance_db_config): %w", err)
@@ -123,7 +124,7 @@ func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error
 	if live != nil {
 		opts.LiveProgress = live
 		defer func() {
-			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			closeCtx, cancel := context.WithTimeout(context.Background(), liveCloseTimeout)
 			defer cancel()
 			if err := live.Close(closeCtx); err != nil {
 				logger.Warn("close live progress publisher", "err", err)
@@ -219,3 +220,8 @@ func listener(cfg *config.Config, logger *slog.Logger) (net.Listener, error) {
 	}
 	return ln, nil
 }
+
+// liveCloseTimeout bounds the last live progress writes at exit; with
+// traceFlushTimeout it is what serve does once the agent has stopped,
+// within shutdown.timeout.
+const liveCloseTimeout = 2 * time.Second
