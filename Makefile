@@ -111,6 +111,7 @@ deps: build-deps
 clean:
 	rm -rf bin .demo
 include packaging/packaging.mk
+include packaging/image.mk
 include bench/bench.mk
 include test/tools.mk
 include test/fuzz.mk
