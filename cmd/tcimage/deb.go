@@ -81,7 +81,7 @@ func fetchPackage(ctx context.Context, dir, name, arch string, logger *slog.Logg
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Run(); err != nil {
-			hint := ""
+			hint := " (are the package lists there? apt-get update)"
 			if arch != hostDebianArch(ctx) {
 				hint = fmt.Sprintf(" (a foreign architecture needs `dpkg --add-architecture %s && apt-get update` first)", arch)
 			}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"log/slog"
@@ -98,6 +99,9 @@ func buildPlatform(ctx context.Context, spec buildSpec, p platformInput, logger 
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkMachine(p.binary, p.goarch); err != nil {
+		return nil, nil, err
+	}
 	bin, err := os.ReadFile(p.binary)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the binary: %w", err)
@@ -173,6 +177,26 @@ func buildPlatform(ctx context.Context, spec buildSpec, p platformInput, logger 
 	}
 	img = mutate.Annotations(img, labels).(v1.Image)
 	return img, pkgs, nil
+}
+
+// elfMachines is the ELF machine of each Go architecture tcimage knows.
+var elfMachines = map[string]elf.Machine{
+	"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "arm": elf.EM_ARM, "386": elf.EM_386,
+	"ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390, "riscv64": elf.EM_RISCV,
+}
+
+// checkMachine refuses a binary built for another architecture than the
+// platform it is put in: such an image would only fail when run.
+func checkMachine(path, goarch string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("the binary %s: %w", path, err)
+	}
+	defer f.Close()
+	if want := elfMachines[goarch]; f.Machine != want {
+		return fmt.Errorf("the binary %s is for %v, not %s (%v): build it with GOARCH=%s", path, f.Machine, goarch, want, goarch)
+	}
+	return nil
 }
 
 // addImageFiles adds what the packages' maintainer scripts and an

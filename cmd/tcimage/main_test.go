@@ -7,6 +7,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +123,31 @@ func TestTreeTar(t *testing.T) {
 	}
 	if err := tr2.add(&entry{name: "etc/a", kind: tar.TypeReg, mode: 0o644, data: []byte("other"), owner: "p3"}); err == nil || !strings.Contains(err.Error(), "p1 and p3") {
 		t.Errorf("a conflicting file = %v, want an error naming both packages", err)
+	}
+}
+
+// TestCheckMachine: a binary goes only into its own architecture's image,
+// and a file that is no ELF binary is refused.
+func TestCheckMachine(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkMachine(self, runtime.GOARCH); err != nil {
+		t.Errorf("the test binary for %s: %v", runtime.GOARCH, err)
+	}
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	if err := checkMachine(self, other); err == nil || !strings.Contains(err.Error(), "GOARCH="+other) {
+		t.Errorf("a %s binary as %s = %v, want a refusal", runtime.GOARCH, other, err)
+	}
+	script := filepath.Join(t.TempDir(), "templatecenter")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkMachine(script, runtime.GOARCH); err == nil {
+		t.Error("a shell script passed as the binary was accepted")
 	}
 }
