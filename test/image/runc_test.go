@@ -262,14 +262,30 @@ func (c *container) waitServing(t *testing.T, path string, want int) {
 // get returns the status code of a GET of path.
 func (c *container) get(t *testing.T, path string) int {
 	t.Helper()
-	client := &http.Client{Timeout: 2 * time.Second}
+	code, _ := c.fetch(t, path)
+	return code
+}
+
+// getBody returns the body of a GET of path, whatever its status.
+func (c *container) getBody(t *testing.T, path string) string {
+	t.Helper()
+	_, body := c.fetch(t, path)
+	return body
+}
+
+func (c *container) fetch(t *testing.T, path string) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 3 * time.Second}
 	resp, err := client.Get(c.baseURL() + path)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(body)
 }
 
 // probesServed reports whether the agent serves the Kubernetes probes
@@ -444,6 +460,17 @@ func TestDatabaseDownInContainer(t *testing.T) {
 	}}
 	c := startContainer(t, b, "dbdown", cfg, "CUBE_TEMPLATE_CENTER_DB_PASSWORD=not-a-real-password", "CUBE_TEMPLATE_CALLBACK_TOKEN="+token)
 	c.waitServing(t, "/health", http.StatusServiceUnavailable)
+	// Not ready for the database alone: the volumes work.
+	var health struct {
+		Checks map[string]bool   `json:"checks"`
+		Errors map[string]string `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(c.getBody(t, "/health")), &health); err != nil {
+		t.Fatalf("/health: %v", err)
+	}
+	if _, ok := health.Errors["database"]; !ok || len(health.Errors) != 1 || health.Checks["database"] || !health.Checks["store"] {
+		t.Errorf("/health with the database down: checks %v errors %v; want only the database failing", health.Checks, health.Errors)
+	}
 	if c.probesServed(t) {
 		if code := c.get(t, "/livez"); code != http.StatusOK {
 			t.Errorf("GET /livez with the database down = %d, want 200", code)
