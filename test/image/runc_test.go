@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -408,8 +409,16 @@ func TestAgentInContainer(t *testing.T) {
 	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != strings.TrimPrefix(cb.Field("ext4_sha256"), "sha256:") {
 		t.Errorf("the store's image has sha256 %x, the report says %s", sum, cb.Field("ext4_sha256"))
 	}
-	if _, err := os.Stat(filepath.Join(c.state, "spool.db")); err != nil {
-		t.Errorf("the spool is not on the state volume: %v", err)
+	// What the agent wrote is the image user's: it did not run as root.
+	for _, p := range []string{filepath.Join(c.state, "spool.db"), filepath.Join(c.store, rel)} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Errorf("not on the volume: %v", err)
+			continue
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != imageUID {
+			t.Errorf("%s is owned by uid %d, want the image's %d", p, st.Uid, imageUID)
+		}
 	}
 
 	c.submit(t, "held", heldRef)
