@@ -64,6 +64,12 @@ type Agent struct {
 	reloadMu  sync.Mutex
 	// purgeEvery is how often finished jobs past retention are forgotten.
 	purgeEvery time.Duration
+	// beats are the loops' last rounds, for /livez; checker keeps the
+	// readiness checks' last round, for /readyz.
+	beats   heartbeats
+	checker checker
+	// boundOverride replaces loops' liveness bounds (tests).
+	boundOverride map[string]time.Duration
 }
 
 // ConfigLoader reads the configuration from where main found it.
@@ -143,6 +149,7 @@ func New(o Options) *Agent {
 		a.metrics.register(newLayerCacheCollector(c))
 	}
 	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback, o.TracerProvider)
+	a.reporter.Beat = func() { a.beats.beat(loopReporter, time.Now()) }
 	for _, part := range []any{o.LiveProgress, o.TracerProvider} {
 		if c, ok := part.(interface{ Collectors() []prometheus.Collector }); ok {
 			a.metrics.register(c.Collectors()...)
@@ -156,7 +163,8 @@ func New(o Options) *Agent {
 		Logger: o.Logger, Metrics: a.metrics.scoped()}
 	execOpts := jobs.Options{Jobs: o.Spool, Builder: o.Builder, Reporter: a.reporter,
 		Settings: func() config.Build { return a.config().Build }, Replicas: replicas,
-		Logger: o.Logger, Tracer: a.tracer, Metrics: a.metrics.scoped()}
+		Logger: o.Logger, Tracer: a.tracer, Metrics: a.metrics.scoped(),
+		Beat: func() { a.beats.beat(loopDispatcher, time.Now()) }}
 	// Typed nils would pass for a database or a publisher that is there.
 	if o.Database != nil {
 		artOpts.Rows, execOpts.Locks = o.Database, o.Database
@@ -206,6 +214,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	defer cancelBuilds()
 	reportCtx, cancelReports := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReports()
+	a.startBeats()
 	var bg sync.WaitGroup
 	bg.Add(2)
 	go func() { defer bg.Done(); a.reporter.Run(reportCtx) }()
@@ -278,13 +287,13 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	return runErr
 }
 
-// startLoops runs the watchdog, status, purge and reconcile loops until ctx ends or
+// startLoops runs the watchdog, status, purge, reconcile and readiness check loops until ctx ends or
 // stop is called; stop cancels them and returns once all have returned.
 // Calling stop again returns at once.
 func (a *Agent) startLoops(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var loops sync.WaitGroup
-	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop, a.artifacts.Reconcile} {
+	for _, loop := range []func(context.Context){a.watchdog, a.statusLoop, a.purgeLoop, a.artifacts.Reconcile, a.checkLoop} {
 		loops.Go(func() { loop(ctx) })
 	}
 	return func() {
@@ -348,6 +357,7 @@ func (a *Agent) statusLoop(ctx context.Context) {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
+		a.beats.beat(loopStatus, time.Now())
 		q, r, err := a.spool.Counts(ctx)
 		if err == nil {
 			o, _ := a.spool.OutboxDepth(ctx)

@@ -150,6 +150,10 @@ type harness struct {
 	watchdog time.Duration
 	// purgeEvery replaces the agent's purge interval when set.
 	purgeEvery time.Duration
+	// loopBounds replace loops' liveness bounds, by loop, when set.
+	loopBounds map[string]time.Duration
+	// waitPath is what start polls until it answers 200 (default /health).
+	waitPath string
 	// objects is the blob store the agent keeps artifacts in, when set.
 	objects blobstore.Store
 	// database is CubeMaster's database submits are checked against, when
@@ -260,6 +264,7 @@ func (h *harness) start() {
 	if h.purgeEvery > 0 {
 		h.agent.purgeEvery = h.purgeEvery
 	}
+	h.agent.boundOverride = h.loopBounds
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.done = make(chan error, 1)
@@ -269,9 +274,13 @@ func (h *harness) start() {
 
 func (h *harness) waitHealthy() {
 	h.t.Helper()
+	path := h.waitPath
+	if path == "" {
+		path = "/health"
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(h.url + "/health")
+		resp, err := http.Get(h.url + path)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -280,7 +289,7 @@ func (h *harness) waitHealthy() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	h.t.Fatalf("agent at %s never became healthy", h.url)
+	h.t.Fatalf("agent at %s never answered 200 on %s", h.url, path)
 }
 
 // stop stops the agent gracefully and closes its spool.

@@ -31,6 +31,8 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("GET /tc/api/v1/jobs/{id}", a.authorized(a.handleJob))
 	mux.Handle("POST /tc/api/v1/jobs/{id}/cancel", a.authorized(a.handleJobCancel))
 	mux.HandleFunc("GET /health", a.handleHealth)
+	mux.HandleFunc("GET /livez", a.handleLivez)
+	mux.HandleFunc("GET /readyz", a.handleReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
 	return a.http.wrap(mux)
 }

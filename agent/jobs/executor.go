@@ -100,6 +100,9 @@ type Options struct {
 	// Metrics registers the series; names are relative to the daemon's
 	// namespace.
 	Metrics prometheus.Registerer
+	// Beat is called at each round of Dispatch, for a liveness probe; nil
+	// for none.
+	Beat func()
 }
 
 // errStopping marks work abandoned because the agent is stopping, or a
@@ -135,6 +138,7 @@ type Executor struct {
 	live      LiveProgress
 	tracer    trace.Tracer
 	metrics   metrics
+	beat      func()
 
 	// claimMu orders claiming a job against cancelling one: a job is in
 	// running as soon as its claim is committed, so a cancel finds it.
@@ -170,13 +174,16 @@ func New(o Options) *Executor {
 	e := &Executor{
 		jobs: o.Jobs, artifacts: o.Artifacts, builder: o.Builder, reporter: o.Reporter, settings: o.Settings,
 		logger: o.Logger, locks: o.Locks, replicas: o.Replicas, live: o.Live, tracer: o.Tracer,
-		metrics: newMetrics(),
+		metrics: newMetrics(), beat: o.Beat,
 		running: map[string]context.CancelCauseFunc{},
 		flights: map[string]*flight{},
 		wake:    make(chan struct{}, 1),
 	}
 	if e.tracer == nil {
 		e.tracer = noop.NewTracerProvider().Tracer(tracing.Scope)
+	}
+	if e.beat == nil {
+		e.beat = func() {}
 	}
 	reg := o.Metrics
 	if reg == nil {
@@ -213,6 +220,7 @@ func (e *Executor) runningCount() int {
 // run under ctx too: cancelling it interrupts them.
 func (e *Executor) Dispatch(ctx context.Context) {
 	for {
+		e.beat()
 		for ctx.Err() == nil && e.runningCount() < e.settings().MaxConcurrentBuilds {
 			ok, err := e.claim(ctx)
 			if err != nil {

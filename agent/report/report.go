@@ -77,6 +77,12 @@ type Reporter struct {
 	// checkedURL is the BaseURL CheckTransport last looked at.
 	checkedMu  sync.Mutex
 	checkedURL string
+
+	// Beat, when set before Run, is called at each round of Run, each look
+	// at the outbox and each delivery attempt, for a liveness probe: a
+	// reporter busy with a slow CubeMaster still goes round once per
+	// callback timeout.
+	Beat func()
 }
 
 // hold is what the reporter remembers of a report whose bookkeeping in the
@@ -180,11 +186,18 @@ func (r *Reporter) Wake() {
 	}
 }
 
+func (r *Reporter) beat() {
+	if r.Beat != nil {
+		r.Beat()
+	}
+}
+
 // Run delivers reports until ctx ends.
 func (r *Reporter) Run(ctx context.Context) {
 	failures := 0
 	r.CheckTransport()
 	for {
+		r.beat()
 		if err := r.DeliverDue(ctx); err != nil && ctx.Err() == nil {
 			failures++
 			r.logFailure(r.logger, "deliver reports", "err", err)
@@ -245,6 +258,7 @@ func (r *Reporter) DeliverDue(ctx context.Context) error {
 	// next attempt), so they wait for the next one.
 	recent := map[string]bool{}
 	for ctx.Err() == nil {
+		r.beat()
 		mu.Lock()
 		clear(recent)
 		mu.Unlock()
@@ -312,6 +326,7 @@ func (r *Reporter) DeliverDue(ctx context.Context) error {
 // delivered (or dropped) and the next is due.
 func (r *Reporter) deliverJob(ctx context.Context, rep spool.Report) {
 	for r.attempt(ctx, rep) && ctx.Err() == nil {
+		r.beat()
 		next, due, err := r.outbox.DueReportOf(ctx, rep.JobID, r.now())
 		if err != nil {
 			if ctx.Err() == nil {

@@ -1,0 +1,280 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
+)
+
+// probeBody is what /livez and /readyz answer.
+type probeBody struct {
+	Status string             `json:"status"`
+	Checks map[string]bool    `json:"checks"`
+	Errors map[string]string  `json:"errors"`
+	Loops  map[string]float64 `json:"loops_seconds_since_round"`
+}
+
+// getProbe fetches path and decodes its body.
+func getProbe(t *testing.T, client *http.Client, h *harness, path string) (int, probeBody) {
+	t.Helper()
+	resp, err := client.Get(h.url + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var b probeBody
+	if err := json.Unmarshal(raw, &b); err != nil {
+		t.Fatalf("GET %s: body %q: %v", path, raw, err)
+	}
+	return resp.StatusCode, b
+}
+
+// waitProbe polls path until cond holds on its answer.
+func waitProbe(t *testing.T, h *harness, path, what string, cond func(int, probeBody) bool) probeBody {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, b := getProbe(t, http.DefaultClient, h, path)
+		if cond(code, b) {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s never happened; last answer %d %+v", path, what, code, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// hangingServer accepts TCP connections and never writes a byte: a
+// database that hangs. accepted receives each connection as it comes.
+func hangingServer(t *testing.T) (addr string, accepted <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan net.Conn, 1024)
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			select {
+			case ch <- c:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String(), ch
+}
+
+// TestProbesWithHungDatabase: with CubeMaster's database accepting
+// connections and never answering, /livez answers 200 and /readyz 503
+// naming the database, and both answer many callers while the database
+// check is blocked on that connection: the handlers never wait on it.
+func TestProbesWithHungDatabase(t *testing.T) {
+	addr, accepted := hangingServer(t)
+	openCtx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// The driver's own bounds are far beyond the test: only the checker's
+	// timeout ends a ping.
+	db, err := masterdb.Open(openCtx, masterdb.Options{Driver: masterdb.DriverMySQL, Addr: addr, User: "tc", Password: "pw",
+		DBName: "cube", ConnTimeout: time.Hour, ReadTimeout: time.Hour, WriteTimeout: time.Hour, MaxOpenConns: 4, MaxIdleConns: 2})
+	cancel()
+	if err != nil {
+		t.Fatalf("open database on a hanging server: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	h := newHarness(t, nil)
+	h.database = db
+	h.waitPath = "/livez" // /health waits on the database
+	h.start()
+
+	// The checker's ping holds a connection the server never answers.
+	select {
+	case <-accepted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the readiness checker never connected to the database")
+	}
+	for len(accepted) > 0 {
+		<-accepted
+	}
+	rounds := h.agent.checker.rounds.Load()
+	client := &http.Client{Timeout: 20 * time.Second}
+	var wg sync.WaitGroup
+	codes := make(chan [2]int, 400)
+	for range 20 {
+		wg.Go(func() {
+			for range 10 {
+				for _, path := range []string{"/livez", "/readyz"} {
+					resp, err := client.Get(h.url + path)
+					if err != nil {
+						t.Errorf("GET %s: %v", path, err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					p := 0
+					if path == "/readyz" {
+						p = 1
+					}
+					codes <- [2]int{p, resp.StatusCode}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c[0] == 0 && c[1] != http.StatusOK {
+			t.Errorf("/livez = %d with the database hanging, want 200", c[1])
+		}
+	}
+	// 400 probes answered, not one of them started a database check: no
+	// more connections than the checker's own rounds can account for.
+	extra := len(accepted)
+	if done := h.agent.checker.rounds.Load() - rounds; int64(extra) > done+1 {
+		t.Errorf("%d new database connections during 400 probes and %d checker rounds: probes reach the database", extra, done)
+	}
+
+	b := waitProbe(t, h, "/readyz", "503 naming the database", func(code int, b probeBody) bool {
+		return code == http.StatusServiceUnavailable && b.Errors["database"] != ""
+	})
+	if b.Status != "not_ready" || b.Checks["database"] || !b.Checks["spool"] || !b.Checks["store"] {
+		t.Errorf("/readyz with the database hanging = %+v, want not_ready with only the database failing", b)
+	}
+	if code, b := getProbe(t, http.DefaultClient, h, "/livez"); code != http.StatusOK || b.Status != "ok" {
+		t.Errorf("/livez with the database hanging = %d %+v, want 200", code, b)
+	}
+}
+
+// TestReadyzBelowReserve: the store below its reserve takes the replica
+// out of service (/readyz 503 naming store.min_free) but is no reason to
+// restart it (/livez 200).
+func TestReadyzBelowReserve(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	waitProbe(t, h, "/readyz", "200", func(code int, _ probeBody) bool { return code == http.StatusOK })
+	reserved := *h.agent.config()
+	reserved.Store.MinFree = config.Reserve{Percent: 100}
+	h.agent.cfg.Store(&reserved)
+	b := waitProbe(t, h, "/readyz", "503 naming store.min_free", func(code int, b probeBody) bool {
+		return code == http.StatusServiceUnavailable && strings.Contains(b.Errors["store_space"], "store.min_free")
+	})
+	if !b.Checks["spool"] || !b.Checks["store"] {
+		t.Errorf("other readiness checks failed too: %+v", b)
+	}
+	if code, b := getProbe(t, http.DefaultClient, h, "/livez"); code != http.StatusOK {
+		t.Errorf("/livez with the store below its reserve = %d %+v, want 200", code, b)
+	}
+}
+
+// TestLivezStuckReporter: a reporter stuck on a callback CubeMaster never
+// answers makes /livez fail once its bound (shortened here) passes, and
+// pass again once it goes round; /readyz is not affected.
+func TestLivezStuckReporter(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) { c.Master.CallbackTimeout = time.Hour })
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	// Registered after the harness: runs before the agent stops.
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	h.master.Respond(func(string, map[string]any) int {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		return 0
+	})
+	h.loopBounds = map[string]time.Duration{loopReporter: time.Second}
+	h.start()
+	waitProbe(t, h, "/livez", "200", func(code int, _ probeBody) bool { return code == http.StatusOK })
+	h.submit("stuck-report", "img")
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no callback reached CubeMaster")
+	}
+	b := waitProbe(t, h, "/livez", "503 naming the reporter", func(code int, b probeBody) bool {
+		return code == http.StatusServiceUnavailable && b.Errors[loopReporter] != ""
+	})
+	if b.Status != "stalled" || b.Errors[loopDispatcher] != "" || b.Errors[loopStatus] != "" {
+		t.Errorf("/livez with the reporter stuck = %+v, want stalled naming the reporter only", b)
+	}
+	if code, b := getProbe(t, http.DefaultClient, h, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz with the reporter stuck = %d %+v, want 200", code, b)
+	}
+	// The stand-in holds its lock while the callback waits: release first.
+	once.Do(func() { close(release) })
+	h.master.Respond(nil)
+	waitProbe(t, h, "/livez", "200 once the reporter goes round", func(code int, _ probeBody) bool { return code == http.StatusOK })
+}
+
+// TestLivezWhileStopping: a stopping agent is alive (its loops have
+// ended, and a restart would cut the drain short) and not ready.
+func TestLivezWhileStopping(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	h.agent.stopping.Store(true)
+	defer h.agent.stopping.Store(false)
+	if code, b := getProbe(t, http.DefaultClient, h, "/livez"); code != http.StatusOK || b.Status != "stopping" {
+		t.Errorf("/livez while stopping = %d %+v, want 200 stopping", code, b)
+	}
+	if code, b := getProbe(t, http.DefaultClient, h, "/readyz"); code != http.StatusServiceUnavailable || b.Errors["accepting"] == "" {
+		t.Errorf("/readyz while stopping = %d %+v, want 503 naming accepting", code, b)
+	}
+}
+
+func TestStaleLoops(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bounds := map[string]time.Duration{"a": time.Minute, "b": 2 * time.Minute}
+	cases := []struct {
+		name  string
+		now   time.Time
+		last  map[string]time.Time
+		stale []string
+	}{
+		{"Fresh", start.Add(time.Hour), map[string]time.Time{"a": start.Add(time.Hour - time.Second), "b": start.Add(time.Hour - time.Minute)}, nil},
+		{"AtBound", start.Add(time.Hour), map[string]time.Time{"a": start.Add(time.Hour - time.Minute), "b": start.Add(time.Hour - 2*time.Minute)}, nil},
+		{"OneStale", start.Add(time.Hour), map[string]time.Time{"a": start.Add(time.Hour - 61*time.Second), "b": start.Add(time.Hour)}, []string{"a"}},
+		{"NeverBeatCountsFromStart", start.Add(90 * time.Second), map[string]time.Time{"b": start}, []string{"a"}},
+		{"NeverBeatJustStarted", start.Add(time.Second), nil, nil},
+		{"AllStale", start.Add(time.Hour), map[string]time.Time{"a": start, "b": start}, []string{"a", "b"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := staleLoops(c.now, start, c.last, bounds)
+			if len(got) != len(c.stale) {
+				t.Fatalf("staleLoops = %v, want stale %v", got, c.stale)
+			}
+			for _, l := range c.stale {
+				if !strings.Contains(got[l], l+" loop has not gone round") {
+					t.Errorf("staleLoops[%s] = %q", l, got[l])
+				}
+			}
+		})
+	}
+}
