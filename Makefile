@@ -14,8 +14,9 @@ BIN     := bin/templatecenter
 # systemd-container (systemd-nspawn), lintian, rpm, shellcheck and binutils
 # (package checks), mariadb-server, postgresql (15 on bookworm) and
 # redis-server (CubeMaster's database and Redis, for test/dbserver),
-# libisal2 (ISA-L inflate, which make test expects to load) and
-# libisal-dev (its header, for the build).
+# libisal2 (ISA-L inflate, which make test expects to load),
+# libisal-dev (its header, for the build) and runc (the OCI runtime
+# test/image runs the container image with).
 #
 # test/dbserver starts its own servers (loopback, free ports, temp dirs) and
 # never uses the services these packages install. Where PID 1 is systemd,
@@ -23,8 +24,8 @@ BIN     := bin/templatecenter
 # on their default ports: harmless to the tests, and `systemctl disable --now
 # mariadb postgresql redis-server` stops them. In a container without
 # systemd (CI, Docker's policy-rc.d) they are never started.
-TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server libisal2 libisal-dev
-TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo mariadbd mariadb-install-db initdb postgres redis-server
+TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server libisal2 libisal-dev runc
+TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo mariadbd mariadb-install-db initdb postgres redis-server runc
 # Where Debian keeps PostgreSQL's server programs (initdb, postgres): not on
 # PATH; test/dbserver.PostgresBinDir says the same.
 PG_BINDIR     := /usr/lib/postgresql/15/bin
@@ -110,6 +111,7 @@ deps: build-deps
 clean:
 	rm -rf bin .demo
 include packaging/packaging.mk
+include packaging/image.mk
 include bench/bench.mk
 include test/tools.mk
 include test/fuzz.mk

@@ -27,6 +27,9 @@ var rules = []rule{
 	{"cmd/templatecenter", []string{"agent", "agent/api", "agent/config", "agent/blobstore", "agent/masterdb", "agent/liveprogress", "agent/tracing",
 		"spool", "rootfs", "rootfs/inspect", "rootfs/layercodec"}},
 	{"cmd/tcdemo", []string{"test/..."}},
+	// The image builder packs a built binary: it imports nothing of the
+	// module.
+	{"cmd/tcimage", nil},
 	// The daemon shell wires the packages below it.
 	{"agent", []string{"agent/...", "spool", "rootfs"}},
 	{"agent/api", nil},
