@@ -551,7 +551,7 @@ var envOverrides = []envOverride{
 	}},
 	// A pod's grace period is set in its spec: the drain follows it
 	// without a config file of its own.
-	{[]string{"CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT"}, func(c *Config, name, v string) error {
+	{key: "shutdown.timeout", names: []string{"CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT"}, set: func(c *Config, name, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			return fmt.Errorf("%s: %q is not a duration (such as 50s)", name, v)
