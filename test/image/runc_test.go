@@ -23,6 +23,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
@@ -49,7 +50,7 @@ type container struct {
 	state    string // host directory mounted at stateDir (spool, work)
 	store    string // host directory mounted at stateDir/store
 	port     int
-	out      *logBuffer
+	out      *childproc.Output
 	cmd      *exec.Cmd
 	done     chan struct{}
 }
@@ -70,7 +71,7 @@ func startContainer(t *testing.T, b *built, name string, cfg map[string]any, env
 		state:    filepath.Join(dir, "state"),
 		store:    filepath.Join(dir, "store"),
 		port:     freePort(t),
-		out:      newLogBuffer(),
+		out:      &childproc.Output{},
 		done:     make(chan struct{}),
 	}
 	for _, d := range []string{c.state, c.store} {
@@ -523,32 +524,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // freePort returns a loopback TCP port nothing listens on right now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := childproc.FreeLoopbackAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// logBuffer collects a container's output.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func newLogBuffer() *logBuffer { return &logBuffer{} }
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	_, port, _ := net.SplitHostPort(addr)
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // findLine returns the first line of text holding sub.
