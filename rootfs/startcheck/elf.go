@@ -243,7 +243,7 @@ func (c *checker) checkLoader(lbl string, info elfInfo) {
 	resolved, e, rerr := c.resolve(p)
 	if rerr != nil {
 		if rerr.kind == errNotExist {
-			c.fail("%s: loader %q not found (%v)", lbl, info.interp, rerr)
+			c.fail("%s: loader %q not found%s", lbl, info.interp, rerr.notFound())
 		} else {
 			c.fail("%s: loader %q: %v", lbl, info.interp, rerr)
 		}

@@ -27,13 +27,33 @@ type resolveError struct {
 	at    string // the path where resolution stopped
 	links int    // symlinks followed before stopping
 	err   error  // for errRead
+	// link and target name the symlink whose target holds the missing
+	// component, for errNotExist: a dangling symlink.
+	link, target string
+}
+
+// notFound describes an errNotExist for a caller that has said "NAME not
+// found": "" when the path itself is missing, else why it is.
+func (e *resolveError) notFound() string {
+	switch {
+	case e.kind != errNotExist:
+		return " (" + e.Error() + ")"
+	case e.link != "":
+		return fmt.Sprintf(" (symlink %q -> %q dangles: %q not found)", e.link, e.target, e.at)
+	case e.at != e.start:
+		return fmt.Sprintf(" (%q not found)", e.at)
+	}
+	return ""
 }
 
 func (e *resolveError) Error() string {
 	switch e.kind {
 	case errNotExist:
-		if e.links > 0 {
-			return fmt.Sprintf("%q is a dangling symlink: %q not found", e.start, e.at)
+		if e.link != "" {
+			if e.link == e.start {
+				return fmt.Sprintf("%q is a dangling symlink to %q (%q not found)", e.start, e.target, e.at)
+			}
+			return fmt.Sprintf("%q not found: symlink %q -> %q dangles (%q not found)", e.start, e.link, e.target, e.at)
 		}
 		if e.at != e.start {
 			return fmt.Sprintf("%q not found (%q does not exist)", e.start, e.at)
@@ -55,15 +75,16 @@ func (e *resolveError) Error() string {
 func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 	start := path.Clean("/" + p)
 	cur := "/"
-	rest := splitPath(start)
+	rest := components(splitPath(start), "", "")
 	links := 0
 	last, err := c.fs.Lstat("/")
 	if err != nil {
 		return "", Entry{}, &resolveError{kind: errRead, start: start, at: "/", err: err}
 	}
 	for len(rest) > 0 {
-		comp := rest[0]
+		cm := rest[0]
 		rest = rest[1:]
+		comp := cm.name
 		switch comp {
 		case "", ".":
 			continue
@@ -76,7 +97,7 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 		e, err := c.fs.Lstat(next)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return "", Entry{}, &resolveError{kind: errNotExist, start: start, at: next, links: links}
+				return "", Entry{}, &resolveError{kind: errNotExist, start: start, at: next, links: links, link: cm.link, target: cm.target}
 			}
 			return "", Entry{}, &resolveError{kind: errRead, start: start, at: next, links: links, err: err}
 		}
@@ -86,12 +107,12 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 				return "", Entry{}, &resolveError{kind: errLoop, start: start, at: next, links: links}
 			}
 			if e.Target == "" {
-				return "", Entry{}, &resolveError{kind: errNotExist, start: start, at: next, links: links}
+				return "", Entry{}, &resolveError{kind: errNotExist, start: start, at: next, links: links, link: next, target: e.Target}
 			}
 			if path.IsAbs(e.Target) {
 				cur = "/"
 			}
-			rest = append(splitPath(e.Target), rest...)
+			rest = append(components(splitPath(e.Target), next, e.Target), rest...)
 			continue
 		}
 		if len(rest) > 0 && !e.Mode.IsDir() {
@@ -106,3 +127,17 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 // '/') are skipped by resolve, but still make a file before them a
 // "not a directory" error, as a trailing slash does in the kernel.
 func splitPath(p string) []string { return strings.Split(p, "/") }
+
+// component is one path component still to resolve, with the symlink
+// whose target it comes from ("" for the path asked for).
+type component struct {
+	name, link, target string
+}
+
+func components(names []string, link, target string) []component {
+	out := make([]component, len(names))
+	for i, n := range names {
+		out[i] = component{n, link, target}
+	}
+	return out
+}

@@ -91,7 +91,11 @@ func (c *checker) checkScript(lbl string, head []byte) string {
 			c.fail("%s: interpreter %q not found: the \"#!\" line ends in \\r, so the kernel looks for %q; %s", lbl, before, sb.interp, crlf)
 			return ""
 		}
-		c.fail("%s: interpreter %q not found (%v)", lbl, sb.interp, rerr)
+		if rerr.kind != errNotExist {
+			c.fail("%s: interpreter %q: %v", lbl, sb.interp, rerr)
+			return ""
+		}
+		c.fail("%s: interpreter %q not found%s", lbl, sb.interp, rerr.notFound())
 		return ""
 	}
 	ilbl := fmt.Sprintf("%s: interpreter %s", lbl, label(p, resolved))

@@ -169,7 +169,7 @@ func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, 
 		p := cleanAbs(c.wd, path.Join(cleanAbs(c.wd, dir), name))
 		resolved, e, err := c.resolve(p)
 		if err != nil {
-			if err.kind != errNotExist || err.links > 0 {
+			if err.kind != errNotExist || err.link != "" {
 				notes = append(notes, err.Error())
 			}
 			continue
