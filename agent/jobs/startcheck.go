@@ -48,4 +48,3 @@ func (e *Executor) checkReused(built *api.Built) error {
 	}
 	return fmt.Errorf("template start check: %s", msg)
 }
-
