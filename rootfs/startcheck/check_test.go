@@ -175,9 +175,9 @@ func TestCheck(t *testing.T) {
 			want:  want{result: ResultOK, command0: "/app/run.sh", resolved: "/app/run.sh", interpreter: "/bin/sh", problems: 0},
 		},
 		{
-			name:  "MissingWorkingDirIsCreated",
-			spec:  Spec{Argv: []string{"sh"}, WorkingDir: "/srv/app"},
-			want:  want{result: ResultOK, problems: 0},
+			name: "MissingWorkingDirIsCreated",
+			spec: Spec{Argv: []string{"sh"}, WorkingDir: "/srv/app"},
+			want: want{result: ResultOK, problems: 0},
 		},
 		{
 			name:  "WorkingDirIsAFile",
