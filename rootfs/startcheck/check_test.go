@@ -175,6 +175,17 @@ func TestCheck(t *testing.T) {
 			want:  want{result: ResultOK, command0: "/app/run.sh", resolved: "/app/run.sh", interpreter: "/bin/sh", problems: 0},
 		},
 		{
+			name: "MissingWorkingDirIsCreated",
+			spec: Spec{Argv: []string{"sh"}, WorkingDir: "/srv/app"},
+			want: want{result: ResultOK, problems: 0},
+		},
+		{
+			name:  "WorkingDirIsAFile",
+			setup: func(m *memFS) { m.file("/app", 0o644, nil) },
+			spec:  Spec{Argv: []string{"sh"}, WorkingDir: "/app"},
+			want:  want{result: ResultFailed, first: []string{`working directory "/app" is a regular file, not a directory`}, problems: 1},
+		},
+		{
 			name:  "RelativeScriptWrongWorkingDir",
 			setup: func(m *memFS) { m.file("/app/run.sh", 0o755, script("#!/bin/sh\n")) },
 			spec:  Spec{Argv: []string{"./run.sh"}},

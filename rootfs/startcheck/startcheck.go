@@ -69,6 +69,7 @@ func Check(fsys FS, spec Spec) Result {
 	c := &checker{fs: fsys, spec: spec, wd: cleanAbs("/", spec.WorkingDir), path: pathOf(spec.Env)}
 	var r Result
 	if len(spec.Argv) > 0 {
+		c.checkWorkingDir()
 		c.checkCommand(&r)
 	}
 	c.checkUser()
@@ -115,6 +116,19 @@ func cleanAbs(dir, p string) string {
 		p = path.Join(dir, p)
 	}
 	return path.Clean(p)
+}
+
+// checkWorkingDir fails a working directory that exists as something
+// other than a directory: the runtime cannot enter it. A missing one is
+// fine, the runtime creates it.
+func (c *checker) checkWorkingDir() {
+	_, e, err := c.resolve(c.wd)
+	switch {
+	case err == nil && !e.Mode.IsDir():
+		c.fail("working directory %q is %s, not a directory", c.wd, kindOf(e))
+	case err != nil && err.kind != errNotExist:
+		c.fail("working directory %v", err)
+	}
 }
 
 // checkCommand resolves argv[0] and checks what it names.
@@ -238,6 +252,21 @@ func (c *checker) checkTarget(lbl, resolved string, e Entry, depth int) string {
 		c.fail("%s is not an executable format (neither ELF nor a \"#!\" script; starts with %q)", lbl, preview(head))
 		return ""
 	}
+}
+
+// kindOf names the type of a non-directory entry.
+func kindOf(e Entry) string {
+	switch {
+	case e.Mode.IsRegular():
+		return "a regular file"
+	case e.Mode&fs.ModeDevice != 0:
+		return "a device"
+	case e.Mode&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case e.Mode&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return fmt.Sprintf("of mode %v", e.Mode)
 }
 
 // preview is the first bytes of a file, for messages.
