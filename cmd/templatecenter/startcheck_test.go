@@ -119,6 +119,12 @@ func TestStartCheckAgent(t *testing.T) {
 			t.Errorf("%s = %v (%v), want %v", name, v, err, r.want)
 		}
 	}
+	// A reuse reports the check recorded with the artifact.
+	submitPlain(t, h.baseURL(), "check-good-again", good)
+	cb = waitTerminal(t, cm, "check-good-again")
+	if c, ok := checkOf(t, cb.Body); cb.Field("status") != "BUILT" || !ok || c.Result != "ok" || c.Resolved != "/bin/app" {
+		t.Errorf("reuse: terminal report %v, want BUILT with the recorded template_check", cb.Body)
+	}
 	entries, _ := os.ReadDir(filepath.Join(h.dir, "store"))
 	if len(entries) != 1 {
 		t.Errorf("store holds %d artifacts, want only the good image's", len(entries))
@@ -133,6 +139,19 @@ func TestStartCheckAgent(t *testing.T) {
 	if cb.Field("status") != "BUILT" || !ok || c.Result != "failed" || len(c.Problems) == 0 ||
 		!strings.Contains(c.Problems[0], `"python3" not found`) {
 		t.Errorf("warn: terminal report %v, want BUILT with the problem in template_check", cb.Body)
+	}
+	agent.stop(t)
+
+	// Back to fail: the artifact built under warn is not reported BUILT.
+	agent = h.startAgent("agent (start check fail again)")
+	submitPlain(t, h.baseURL(), "check-reuse-failed", noPython)
+	cb = waitTerminal(t, cm, "check-reuse-failed")
+	if cb.Field("status") != "FAILED" || !strings.HasPrefix(cb.Field("error_message"), "template start check: ") {
+		t.Errorf("reuse of an artifact whose check failed, under fail: terminal report %v, want FAILED", cb.Body)
+	}
+	// Reused, not rebuilt: this agent ran no check.
+	if v, err := scrapeMetric(h.baseURL(), `cube_templatecenter_build_start_checks_total{result="failed"}`); err != nil || v != 0 {
+		t.Errorf("start checks failed = %v (%v), want 0: the recorded result decides", v, err)
 	}
 	agent.stop(t)
 }
