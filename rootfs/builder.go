@@ -92,8 +92,8 @@ func (b *Builder) Resolve(ctx context.Context, src Source) (*Image, error) {
 	}
 	c := img.Config
 	return &Image{Digest: img.Digest, Created: img.Created, CompressedSize: img.CompressedSize,
-		Config:   ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, WorkingDir: c.WorkingDir, User: c.User},
-		resolved: img}, nil
+		Config: ImageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, WorkingDir: c.WorkingDir, User: c.User},
+		Arch:   img.Architecture, resolved: img}, nil
 }
 
 // LoadCA reads the configured egress CA.
@@ -238,6 +238,15 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 			return nil, fmt.Errorf("bake cube egress CA: nothing written and the CA is not in the image (skipped: %v)", res.Skipped)
 		}
 		art.CABaked, art.CATargets = true, res.TargetsWritten
+	}
+	// The tree is complete and still in memory: check that its start
+	// command can run before the image is finished and published.
+	if mode := spec.StartCheck; mode != StartCheckOff {
+		res := checkTree(tree, img, spec.Envd != nil, spec.Start)
+		if res.Failed() && mode != StartCheckWarn {
+			return nil, &StartCheckError{Result: res}
+		}
+		art.StartCheck = &res
 	}
 	if err := store.checkFree(0); err != nil {
 		return nil, fmt.Errorf("write ext4 metadata: %w", err)

@@ -18,6 +18,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -44,7 +45,9 @@ import (
 var imageCreated = time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // corpusImage turns fstest layers into an OCI image whose layers are
-// encoded in turn with encs (gzip when empty).
+// encoded in turn with encs (gzip when empty). The corpus holds no
+// program, so the image has no command: its start check finds nothing to
+// check (no_command).
 func corpusImage(t testing.TB, layers []imagetest.Layer, encs ...images.Compression) v1.Image {
 	t.Helper()
 	ls := make([]images.Layer, len(layers))
@@ -59,7 +62,7 @@ func corpusImage(t testing.TB, layers []imagetest.Layer, encs ...images.Compress
 		}
 	}
 	return images.New(t, images.Config{Created: imageCreated, Config: v1.Config{
-		Entrypoint: []string{"/bin/sh"}, Cmd: []string{"-c", "true"}, Env: []string{"A=b"}, WorkingDir: "/", User: "0"}}, ls...)
+		Env: []string{"A=b"}, WorkingDir: "/", User: "0"}}, ls...)
 }
 
 // builderOptions are the options of a test Builder: a fresh store and
@@ -486,9 +489,10 @@ func newCA(t testing.TB, cn string) (pemBytes []byte, file string) {
 
 // fakeEnvd is an ELF-looking payload of about 64 KiB, different per seed.
 func fakeEnvd(seed byte) []byte {
-	b := make([]byte, 64<<10+int(seed))
-	copy(b, "\x7fELF\x02\x01\x01\x00")
-	for i := 16; i < len(b); i++ {
+	// A static executable's header for the test images' platform, as the
+	// start check wants of envd.
+	b := images.StaticELF(runtime.GOARCH, 64<<10+int(seed))
+	for i := 64; i < len(b); i++ {
 		b[i] = byte(i*31) ^ seed
 	}
 	return b

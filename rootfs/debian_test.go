@@ -46,6 +46,12 @@ func TestBuildDebian(t *testing.T) {
 	if c := res.img.Config; len(c.Entrypoint) != 2 || c.Entrypoint[0] != "/bin/sh" || len(c.Cmd) != 1 {
 		t.Errorf("image config = %+v, want DebianImage's entrypoint and cmd", c)
 	}
+	// A real distribution's tree: /bin/sh is a symlink to dash, a dynamic
+	// ELF whose loader is reached through the merged-/usr symlinks; the
+	// check passes.
+	if c := res.art.StartCheck; c == nil || c.Result != "ok" || c.Interpreter == "" {
+		t.Errorf("start check = %+v, want ok with the ELF loader found", c)
+	}
 
 	want, err := imagetest.SnapshotDir(tree)
 	if err != nil {

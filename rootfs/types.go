@@ -37,6 +37,9 @@ type Image struct {
 	CompressedSize int64
 	// Created is the image creation time (zero when unknown).
 	Created time.Time
+	// Arch is the GOARCH of the image config's architecture, "" when it
+	// names none (the start check then assumes amd64).
+	Arch string
 	// resolved is what Build fetches the layers from.
 	resolved *oci.Image
 }
@@ -53,6 +56,11 @@ type Spec struct {
 	Envd []byte
 	// CA is the egress CA to bake, nil for none.
 	CA *CA
+	// Start holds the request's overrides of the image's start command,
+	// for the start check.
+	Start StartOverrides
+	// StartCheck says what the start check does; "" is StartCheckFail.
+	StartCheck StartCheckMode
 }
 
 // Progress is a snapshot of a running build. Percent runs from 40 (start of
@@ -80,4 +88,6 @@ type Artifact struct {
 	// CA reports what baking the egress CA did.
 	CABaked   bool
 	CATargets int
+	// StartCheck is the start check's result, nil when it was off.
+	StartCheck *StartCheck
 }

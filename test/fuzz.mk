@@ -26,7 +26,9 @@ FUZZ_TARGETS := \
 	./agent/config:FuzzParseByteSize \
 	./agent/config:FuzzParseReserve \
 	./rootfs/inspect:FuzzOpen \
-	./rootfs/layercodec:FuzzGzipInflaters
+	./rootfs/layercodec:FuzzGzipInflaters \
+	./rootfs/startcheck:FuzzParseELF \
+	./rootfs/startcheck:FuzzParseShebang
 
 .PHONY: fuzz
 

@@ -128,6 +128,21 @@ type Built struct {
 	StorageBackend string `json:"StorageBackend,omitempty"`
 	ObjectKey      string `json:"ObjectKey,omitempty"`
 	ArtifactURL    string `json:"ArtifactURL,omitempty"`
+	// TemplateCheck is the start check's result, nil when it was off
+	// (or for an artifact recorded before the check existed).
+	TemplateCheck *TemplateCheck `json:"TemplateCheck,omitempty"`
+}
+
+// TemplateCheck is the start check's result: whether the template's
+// start command can run in its image. Result is "ok", "warnings",
+// "no_command" or, when the agent only warns (build.start_check: warn),
+// "failed".
+type TemplateCheck struct {
+	Result      string   `json:"result"`
+	Command     []string `json:"command,omitempty"`
+	Resolved    string   `json:"resolved,omitempty"`
+	Interpreter string   `json:"interpreter,omitempty"`
+	Problems    []string `json:"problems,omitempty"`
 }
 
 // builtBody ends a job successfully. The blob store's fields are sent
@@ -152,7 +167,9 @@ type builtBody struct {
 	SourceDigest   string  `json:"source_image_digest"`
 	Status         string  `json:"status"`
 	StorageBackend string  `json:"storage_backend,omitempty"`
-	Fingerprint    string  `json:"template_spec_fingerprint"`
+	// TemplateCheck is absent when the check was off.
+	TemplateCheck *TemplateCheck `json:"template_check,omitempty"`
+	Fingerprint   string         `json:"template_spec_fingerprint"`
 }
 
 // BuiltReport ends a job successfully.
@@ -163,7 +180,7 @@ func BuiltReport(b Built) Report {
 		Ext4Path: b.Ext4Path, Ext4SHA256: b.Ext4SHA256, Ext4SizeBytes: b.Ext4SizeBytes,
 		ImageConfig: b.ImageConfigJSON, MasterNodeIP: b.MasterNodeIP,
 		Phase: PhaseReady, Progress: ProgressDone, SourceDigest: b.SourceDigest, Status: StatusBuilt,
-		Fingerprint: b.Fingerprint,
+		TemplateCheck: b.TemplateCheck, Fingerprint: b.Fingerprint,
 	}
 	if b.StorageBackend != "" {
 		key := b.ObjectKey

@@ -39,6 +39,11 @@ func (a *Artifacts) Record(ctx context.Context, img *rootfs.Image, ca *rootfs.CA
 	if ca != nil {
 		built.CAFingerprint = ca.Fingerprint
 	}
+	if c := art.StartCheck; c != nil {
+		// Recorded with the artifact, so a reuse reports it too.
+		built.TemplateCheck = &api.TemplateCheck{Result: c.Result, Command: c.Command, Resolved: c.Resolved,
+			Interpreter: c.Interpreter, Problems: c.Problems}
+	}
 	record, err := json.Marshal(built)
 	if err != nil {
 		return nil, fmt.Errorf("encode artifact record: %w", err)

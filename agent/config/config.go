@@ -166,7 +166,18 @@ type Build struct {
 	// bytes per second averaged over StallTimeout: one that trickles a byte
 	// now and then would otherwise hold a build slot until Timeout.
 	MinTransferRate ByteSize `yaml:"min_transfer_rate"`
+	// StartCheck is what a build does when the template's start command
+	// certainly cannot run in the built tree: "fail" the job, "warn" in
+	// the BUILT report's template_check, or "off" (no check).
+	StartCheck string `yaml:"start_check"`
 }
+
+// The values of build.start_check.
+const (
+	StartCheckFail = "fail"
+	StartCheckWarn = "warn"
+	StartCheckOff  = "off"
+)
 
 // Registry holds pull settings.
 type Registry struct {
@@ -248,7 +259,7 @@ func Default() *Config {
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
 			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DirectIO: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
 			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30,
-			StallTimeout: 5 * time.Minute, MinTransferRate: 1 << 10},
+			StallTimeout: 5 * time.Minute, MinTransferRate: 1 << 10, StartCheck: StartCheckFail},
 		Registry: Registry{DenyNetworks: DefaultDenyNetworks()},
 		Shutdown: Shutdown{Timeout: DefaultShutdownTimeout},
 		// The artifact store's defaults live beside it, in artifactstore.go.
@@ -549,6 +560,7 @@ var envOverrides = []envOverride{
 		c.Build.MaxConcurrentBuilds = n
 		return nil
 	}},
+	{key: "build.start_check", names: []string{"CUBE_TEMPLATE_CENTER_START_CHECK"}, set: func(c *Config, _, v string) error { c.Build.StartCheck = v; return nil }},
 	// A pod's grace period is set in its spec: the drain follows it
 	// without a config file of its own.
 	{key: "shutdown.timeout", names: []string{"CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT"}, set: func(c *Config, name, v string) error {
@@ -692,6 +704,11 @@ func (c *Config) Validate() error {
 		if !strings.HasPrefix(root, "/") {
 			bad("registry.local_roots", "%q is not an absolute path", root)
 		}
+	}
+	switch c.Build.StartCheck {
+	case StartCheckFail, StartCheckWarn, StartCheckOff:
+	default:
+		bad("build.start_check", "%q is not fail, warn or off", c.Build.StartCheck)
 	}
 	if parts := strings.Split(c.Build.Platform, "/"); len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
 		bad("build.platform", "%q is not os/arch[/variant]", c.Build.Platform)

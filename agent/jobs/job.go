@@ -154,6 +154,9 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 		case <-fl.done:
 		}
 		if fl.err == nil {
+			if err := e.checkReused(fl.built); err != nil {
+				return nil, api.PhaseBuildingExt4, err
+			}
 			markReused(ctx, !leader || fl.reused)
 			switch {
 			case !leader:
@@ -183,13 +186,21 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 	began := time.Now()
 	art, err := tracing.Run(ctx, tracing.SpanRootfs, func(ctx context.Context) (*rootfs.Artifact, error) {
 		return e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
-			Envd: r.build.EnvdData, CA: ca}, r.onProgress)
+			Envd: r.build.EnvdData, CA: ca,
+			Start: startOverrides(r.build.Template.ContainerOverrides), StartCheck: rootfs.StartCheckMode(e.settings().StartCheck)}, r.onProgress)
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, errStopping
-		}
+	var failedCheck *rootfs.StartCheckError
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, errStopping
+	case errors.As(err, &failedCheck):
+		// Its message is the job's error_message as it stands.
+		e.metrics.startChecks.WithLabelValues(failedCheck.Result.Result).Inc()
+		return nil, failedCheck
+	case err != nil:
 		return nil, fmt.Errorf("build image: %w", err)
+	case art.StartCheck != nil:
+		e.metrics.startChecks.WithLabelValues(art.StartCheck.Result).Inc()
 	}
 	built, err := e.artifacts.Record(context.WithoutCancel(ctx), img, ca, fp, art)
 	if err != nil {

@@ -15,6 +15,7 @@ type metrics struct {
 	interrupted   prometheus.Counter
 	cancelled     prometheus.Counter
 	timedOut      prometheus.Counter
+	startChecks   *prometheus.CounterVec
 
 	lockWaits       prometheus.Counter
 	lockWaitSeconds prometheus.Histogram
@@ -57,6 +58,10 @@ func newMetrics() metrics {
 			Subsystem: "jobs", Name: "timed_out_total",
 			Help: "Jobs ended FAILED because their build ran past build.timeout.",
 		}),
+		startChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "build", Name: "start_checks_total",
+			Help: "Start checks of built images (build.start_check), by result (ok, warnings, no_command, failed); a failed one ends the job FAILED unless the check only warns.",
+		}, []string{"result"}),
 		lockWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: "replica", Name: "lock_waits_total",
 			Help: "Builds that found their fingerprint's lock held by another replica and waited.",
@@ -82,6 +87,9 @@ func newMetrics() metrics {
 	for _, r := range []string{"built", "failed"} {
 		m.finished.WithLabelValues(r)
 	}
+	for _, r := range startCheckResults {
+		m.startChecks.WithLabelValues(r)
+	}
 	for _, k := range []string{"reuse", "inflight"} {
 		m.dedup.WithLabelValues(k)
 	}
@@ -98,7 +106,7 @@ func newMetrics() metrics {
 // are shared with other replicas.
 func (m metrics) register(reg prometheus.Registerer, replicas bool) {
 	reg.MustRegister(m.running, m.phaseDuration, m.dedup, m.finished, m.interrupted, m.cancelled, m.timedOut,
-		m.queueWait, m.turnaround)
+		m.startChecks, m.queueWait, m.turnaround)
 	if replicas {
 		reg.MustRegister(m.lockWaits, m.lockWaitSeconds, m.lockLosses, m.lockUnavailable, m.publishLockLost)
 	}

@@ -37,10 +37,18 @@ type buildResult struct {
 	CAFingerprint   string             `json:"cube_egress_ca_fingerprint,omitempty"`
 	CATargets       int                `json:"cube_egress_ca_targets_written"`
 	DurationSeconds float64            `json:"duration_seconds"`
+	// TemplateCheck is the start check's result (absent with
+	// --start-check off).
+	TemplateCheck *rootfs.StartCheck `json:"template_check,omitempty"`
+}
+
+// failedCheck is what build prints when the start check fails it.
+type failedCheck struct {
+	TemplateCheck rootfs.StartCheck `json:"template_check"`
 }
 
 var buildCmd = command{name: "build", synopsis: []string{
-	"build --image REF [--envd FILE] [--ca FILE | --no-ca] [--out DIR] [--cache DIR] [--username U --password-stdin] [--insecure]"},
+	"build --image REF [--envd FILE] [--ca FILE | --no-ca] [--out DIR] [--cache DIR] [--username U --password-stdin] [--insecure] [--start-check fail|warn|off]"},
 	about: `
 Build a template image without an agent or CubeMaster: pull REF (a registry
 reference, oci-layout:DIR[:TAG] or docker-archive:FILE), write
@@ -48,7 +56,9 @@ OUT/<artifact_id>/<artifact_id>.ext4 and print the result as JSON. A
 progress bar shows on a terminal. Layers are cached in
 $XDG_CACHE_HOME/cube-templatecenter/layers (~/.cache/cube-templatecenter/layers
 without XDG_CACHE_HOME), or in --cache; remove the directory to reclaim the
-space.`}
+space. The result's template_check says whether the image's start command
+can run in it; when it certainly cannot, the build fails (exit 1, nothing
+written) and prints the check, unless --start-check is warn or off.`}
 
 // build makes a template image without an agent or CubeMaster.
 func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -64,6 +74,7 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	insecure := fs.Bool("insecure", false, "reach the image's registry over plain HTTP")
 	platform := fs.String("platform", "linux/"+runtime.GOARCH, "platform to pick from a multi-platform image")
 	writable := fs.String("writable-layer-size", "20Gi", "writable_layer_size of the template spec (fingerprint input)")
+	startCheck := fs.String("start-check", string(rootfs.StartCheckFail), "start check of the image's command: fail (the build when it cannot run), warn (report only) or off")
 	operands, err := parseArgs(fs, buildCmd, args, stdout)
 	if err != nil {
 		return err
@@ -80,6 +91,10 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	}
 	if strings.TrimSpace(*writable) == "" {
 		return usageError(buildCmd, "--writable-layer-size must not be empty")
+	}
+	checkMode, err := rootfs.ParseStartCheckMode(*startCheck)
+	if err != nil {
+		return usageError(buildCmd, "--start-check: %v", err)
 	}
 	if *cache == "" {
 		if *cache, err = defaultCacheDir(os.Getenv); err != nil {
@@ -155,16 +170,24 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	art, err := b.Build(ctx, rootfs.Spec{Image: img, ArtifactID: api.ArtifactID(fp), Fingerprint: fp, Envd: envd, CA: ca}, bar.update)
+	art, err := b.Build(ctx, rootfs.Spec{Image: img, ArtifactID: api.ArtifactID(fp), Fingerprint: fp, Envd: envd, CA: ca,
+		StartCheck: checkMode}, bar.update)
 	bar.done()
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	var failed *rootfs.StartCheckError
+	if errors.As(err, &failed) {
+		// The whole check, for what the error's first problem leaves out.
+		if perr := enc.Encode(failedCheck{failed.Result}); perr != nil {
+			return perr
+		}
+	}
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
 	return enc.Encode(buildResult{ArtifactID: art.ID, Ext4Path: art.Path, Ext4SHA256: art.SHA256, Ext4SizeBytes: art.Size,
 		Fingerprint: fp, SourceDigest: img.Digest, ImageConfig: img.Config, CABaked: art.CABaked, CAFingerprint: caFP,
-		CATargets: art.CATargets, DurationSeconds: time.Since(began).Seconds()})
+		CATargets: art.CATargets, DurationSeconds: time.Since(began).Seconds(), TemplateCheck: art.StartCheck})
 }
 
 // defaultCacheDir is where build keeps its layer cache without --cache:

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,9 @@ func layerTar(t testing.TB, entries ...tarFile) []byte {
 	return b.Bytes()
 }
 
-// cliImage is a two-layer image with a config the build reports.
+// cliImage is a two-layer image with a config the build reports; its
+// command, a script, passes the start check (/bin/sh is a static
+// executable's header).
 func cliImage(t testing.TB) v1.Image {
 	t.Helper()
 	return images.New(t, images.Config{
@@ -75,6 +78,7 @@ func cliImage(t testing.TB) v1.Image {
 			tarFile{name: "etc/motd", typ: tar.TypeReg, mode: 0o644, body: motd},
 			tarFile{name: "bin/", typ: tar.TypeDir, mode: 0o755},
 			tarFile{name: "bin/app", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\necho app\n"},
+			tarFile{name: "bin/sh", typ: tar.TypeReg, mode: 0o755, body: string(images.StaticELF(runtime.GOARCH, 4096))},
 		)},
 		images.Layer{Tar: layerTar(t,
 			tarFile{name: "srv/", typ: tar.TypeDir, mode: 0o750},
@@ -234,7 +238,7 @@ func TestBuildCLIOCILayout(t *testing.T) {
 	if again.ArtifactID != got.ArtifactID || again.Ext4SHA256 != got.Ext4SHA256 {
 		t.Errorf("rebuild gave %s %s, first build %s %s", again.ArtifactID, again.Ext4SHA256, got.ArtifactID, got.Ext4SHA256)
 	}
-	envd := append([]byte("\x7fELF\x02\x01\x01\x00"), bytes.Repeat([]byte("envd"), 4096)...)
+	envd := append(images.StaticELF(runtime.GOARCH, 64), bytes.Repeat([]byte("envd"), 4096)...)
 	envdFile := filepath.Join(t.TempDir(), "envd")
 	if err := os.WriteFile(envdFile, envd, 0o755); err != nil {
 		t.Fatal(err)

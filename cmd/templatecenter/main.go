@@ -55,7 +55,7 @@ Commands:
   jobs cancel JOB_ID cancel a queued or running job (asks the running agent)
   build --image REF  build a template image without an agent
   inspect IMG [PATH] list a directory (default /) or print a file of a template
-                     image, without mounting it
+                     image, without mounting it; --check runs the start check
   check-config       check the configuration as serve would read it: every
                      setting with its source (secrets redacted), warnings;
                      exit 1 when invalid

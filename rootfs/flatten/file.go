@@ -84,3 +84,24 @@ func (t *Tree) ReadFile(p string) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// ReadHead returns up to n bytes from the start of the regular file at p,
+// following symlinks inside the root like Resolve. The content is read
+// back from the DataStore (the image being written), so only the head is
+// ever held: enough to read a file's format, whatever its size.
+func (t *Tree) ReadHead(p string, n int) ([]byte, error) {
+	node, _, err := t.Resolve(p)
+	if err != nil {
+		return nil, fmt.Errorf("read head: %w", err)
+	}
+	if !isRegular(node) {
+		return nil, fmt.Errorf("read head of %q: not a regular file", p)
+	}
+	want := min(int64(max(n, 0)), node.Size)
+	buf := make([]byte, want)
+	got, err := io.ReadFull(t.store.OpenData(node.Data, node.Size), buf)
+	if err != nil {
+		return nil, fmt.Errorf("read head of %q: got %d of %d bytes: %w", p, got, want, err)
+	}
+	return buf, nil
+}

@@ -103,6 +103,29 @@ func (im *Image) Stat(p string) (e Entry, err error) {
 	return entryOf(path.Base(fp), fi), nil
 }
 
+// Lstat describes the entry at p without following a final symlink, like
+// Stat, but tells a missing entry apart: its error then wraps
+// fs.ErrNotExist, as the reader's own errors do not. Symlinks in p's
+// directories are not followed.
+func (im *Image) Lstat(p string) (e Entry, err error) {
+	defer guard("stat", p, &err)
+	fp, err := fsPath(p)
+	if err != nil {
+		return Entry{}, err
+	}
+	if fp == "." {
+		return im.Stat(p)
+	}
+	des, err := im.fs.ReadDir(path.Dir(fp))
+	if err != nil {
+		return Entry{}, fmt.Errorf("stat %s: %w", p, err)
+	}
+	if !slices.ContainsFunc(des, func(de iofs.DirEntry) bool { return de.Name() == path.Base(fp) }) {
+		return Entry{}, fmt.Errorf("stat %s: %w", p, iofs.ErrNotExist)
+	}
+	return im.Stat(p)
+}
+
 // List returns the entries of the directory at p, sorted by name.
 func (im *Image) List(p string) (list []Entry, err error) {
 	defer guard("list", p, &err)
@@ -170,6 +193,42 @@ func (im *Image) ReadFile(p string) (data []byte, err error) {
 	}
 	if int64(n) != e.Size {
 		return nil, fmt.Errorf("read %s: got %d of %d bytes", p, n, e.Size)
+	}
+	return data, nil
+}
+
+// ReadHead returns up to n bytes from the start of the regular file at p
+// (a symlink is not followed), reading only them: go-diskfs reads a first
+// call from offset 0 correctly, and sparse files are refused as by
+// ReadFile.
+func (im *Image) ReadHead(p string, n int) (data []byte, err error) {
+	e, err := im.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !e.Mode.IsRegular() {
+		return nil, fmt.Errorf("read %s: not a regular file (%s)", p, e.Mode.Type())
+	}
+	if allocated, needed := e.Blocks*512, (e.Size+4095)/4096*4096; allocated < needed {
+		return nil, fmt.Errorf("read %s: sparse file (%d of %d bytes allocated); mount the image to read it", p, allocated, needed)
+	}
+	fp, _ := fsPath(p)
+	f, err := im.fs.OpenFile(fp, os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	defer f.Close()
+	defer guard("read", p, &err)
+	data = make([]byte, min(int64(max(n, 0)), e.Size))
+	if len(data) == 0 {
+		return data, nil
+	}
+	got, err := f.Read(data)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	if got != len(data) {
+		return nil, fmt.Errorf("read %s: got %d of %d bytes", p, got, len(data))
 	}
 	return data, nil
 }

@@ -150,6 +150,9 @@ type Image struct {
 	Config ImageConfig
 	// Created is the image config's "created" time (zero if absent).
 	Created time.Time
+	// Architecture is the image config's GOARCH ("amd64", "arm64"; ""
+	// if absent).
+	Architecture string
 	// Layers lists the layer blobs in manifest order (bottom first).
 	Layers []Layer
 	// CompressedSize is the sum of the layer sizes in the manifest.
@@ -389,7 +392,8 @@ func describe(sourceName string, rawManifest, rawConfig []byte) (*Image, error) 
 			WorkingDir: cf.Config.WorkingDir,
 			User:       cf.Config.User,
 		},
-		Created: cf.Created.Time,
+		Created:      cf.Created.Time,
+		Architecture: cf.Architecture,
 	}
 	for i, l := range m.Layers {
 		if !l.MediaType.IsLayer() {

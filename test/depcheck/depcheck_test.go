@@ -61,6 +61,9 @@ var rules = []rule{
 	{"rootfs/layercodec", nil},
 	{"rootfs/ext4", nil},
 	{"rootfs/inspect", nil},
+	// The start check reads a tree through its own FS interface, so the
+	// builder and the inspect command can both feed it.
+	{"rootfs/startcheck", nil},
 	// Test fixtures of rootfs may use the project's test images.
 	{"rootfs/internal/...", []string{"rootfs/...", "test/..."}},
 	// imagetest knows no ext4, so that rootfs/ext4's own tests can use it.
