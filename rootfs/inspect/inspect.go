@@ -165,7 +165,20 @@ const maxReadFile = 256 << 20
 // ReadFile returns the content of the regular file at p. go-diskfs v1.9.4
 // reads a file correctly only in one call from offset 0 and only when it
 // has no holes, so sparse files are refused rather than misread.
-func (im *Image) ReadFile(p string) (data []byte, err error) {
+func (im *Image) ReadFile(p string) ([]byte, error) {
+	return im.read(p, -1)
+}
+
+// ReadHead returns up to n bytes from the start of the regular file at p
+// (a symlink is not followed), reading only them, under the same rules as
+// ReadFile.
+func (im *Image) ReadHead(p string, n int) ([]byte, error) {
+	return im.read(p, max(n, 0))
+}
+
+// read returns the first n bytes of the regular file at p, or the whole
+// file when n is negative (refusing one larger than maxReadFile).
+func (im *Image) read(p string, n int) (data []byte, err error) {
 	e, err := im.Stat(p)
 	if err != nil {
 		return nil, err
@@ -173,62 +186,32 @@ func (im *Image) ReadFile(p string) (data []byte, err error) {
 	if !e.Mode.IsRegular() {
 		return nil, fmt.Errorf("read %s: not a regular file (%s)", p, e.Mode.Type())
 	}
-	if e.Size > maxReadFile {
+	want := e.Size
+	if n >= 0 {
+		want = min(int64(n), e.Size)
+	} else if e.Size > maxReadFile {
 		return nil, fmt.Errorf("read %s: %d bytes is more than inspect prints (%d); mount the image to read it", p, e.Size, maxReadFile)
 	}
 	if allocated, needed := e.Blocks*512, (e.Size+4095)/4096*4096; allocated < needed {
 		return nil, fmt.Errorf("read %s: sparse file (%d of %d bytes allocated); mount the image to read it", p, allocated, needed)
 	}
-	fp, _ := fsPath(p)
-	f, err := im.fs.OpenFile(fp, os.O_RDONLY)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", p, err)
-	}
-	defer f.Close()
-	defer guard("read", p, &err)
-	data = make([]byte, e.Size)
-	n, err := f.Read(data)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	if int64(n) != e.Size {
-		return nil, fmt.Errorf("read %s: got %d of %d bytes", p, n, e.Size)
-	}
-	return data, nil
-}
-
-// ReadHead returns up to n bytes from the start of the regular file at p
-// (a symlink is not followed), reading only them: go-diskfs reads a first
-// call from offset 0 correctly, and sparse files are refused as by
-// ReadFile.
-func (im *Image) ReadHead(p string, n int) (data []byte, err error) {
-	e, err := im.Stat(p)
-	if err != nil {
-		return nil, err
-	}
-	if !e.Mode.IsRegular() {
-		return nil, fmt.Errorf("read %s: not a regular file (%s)", p, e.Mode.Type())
-	}
-	if allocated, needed := e.Blocks*512, (e.Size+4095)/4096*4096; allocated < needed {
-		return nil, fmt.Errorf("read %s: sparse file (%d of %d bytes allocated); mount the image to read it", p, allocated, needed)
-	}
-	fp, _ := fsPath(p)
-	f, err := im.fs.OpenFile(fp, os.O_RDONLY)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", p, err)
-	}
-	defer f.Close()
-	defer guard("read", p, &err)
-	data = make([]byte, min(int64(max(n, 0)), e.Size))
-	if len(data) == 0 {
+	data = make([]byte, want)
+	if want == 0 {
 		return data, nil
 	}
+	fp, _ := fsPath(p)
+	f, err := im.fs.OpenFile(fp, os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	defer f.Close()
+	defer guard("read", p, &err)
 	got, err := f.Read(data)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
-	if got != len(data) {
-		return nil, fmt.Errorf("read %s: got %d of %d bytes", p, got, len(data))
+	if int64(got) != want {
+		return nil, fmt.Errorf("read %s: got %d of %d bytes", p, got, want)
 	}
 	return data, nil
 }
