@@ -3,9 +3,6 @@ package rootfs
 import (
 	"fmt"
 	"io/fs"
-	"path"
-	"strings"
-	"syscall"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
@@ -83,7 +80,7 @@ func checkTree(tree *flatten.Tree, img *Image, envd bool, o StartOverrides) Star
 	if envd {
 		envdPath = "/" + inject.EnvdPath
 	}
-	return startcheck.Check(linkFS{treeFS{tree}}, startSpec(img.Config, img.Arch, envdPath, o))
+	return startcheck.Check(treeFS{tree}, startSpec(img.Config, img.Arch, envdPath, o))
 }
 
 // CheckImage runs the start check on the finished image at imagePath,
@@ -96,7 +93,7 @@ func CheckImage(imagePath string, cfg ImageConfig, arch string, o StartOverrides
 		return StartCheck{}, err
 	}
 	defer im.Close()
-	fsys := linkFS{imageFS{im}}
+	fsys := imageFS{im}
 	envd := "/" + inject.EnvdPath
 	if e, err := fsys.Lstat(envd); err != nil || !e.Mode.IsRegular() {
 		envd = ""
@@ -104,107 +101,12 @@ func CheckImage(imagePath string, cfg ImageConfig, arch string, o StartOverrides
 	return startcheck.Check(fsys, startSpec(cfg, arch, envd, o)), nil
 }
 
-// rawFS reads entries at paths whose directories hold no symlink; linkFS
-// resolves the rest.
-type rawFS interface {
-	// lstat returns the entry at p, an error wrapping fs.ErrNotExist when
-	// it is missing.
-	lstat(p string) (startcheck.Entry, error)
-	// readHead returns up to n bytes of the regular file at p.
-	readHead(p string, n int) ([]byte, error)
-}
-
-// linkFS is a startcheck.FS over a rawFS: it follows the symlinks on the
-// way to an entry as the guest's kernel would, inside the image root.
-type linkFS struct{ raw rawFS }
-
-// maxLinks bounds the symlinks one lookup follows, as Linux's MAXSYMLINKS.
-const maxLinks = 40
-
-// errLoop marks a lookup that followed more than maxLinks symlinks.
-var errLoop = fmt.Errorf("more than %d symlinks: %w", maxLinks, syscall.ELOOP)
-
-// Lstat returns the entry at p without following a final symlink.
-func (l linkFS) Lstat(p string) (startcheck.Entry, error) {
-	p = path.Clean("/" + p)
-	if p == "/" {
-		return l.raw.lstat(p)
-	}
-	dir, base := path.Split(p)
-	real, err := l.resolve(dir)
-	if err != nil {
-		return startcheck.Entry{}, fmt.Errorf("lstat %s: %w", p, err)
-	}
-	return l.raw.lstat(path.Join(real, base))
-}
-
-// ReadHead returns up to n bytes of the regular file at p, following
-// every symlink.
-func (l linkFS) ReadHead(p string, n int) ([]byte, error) {
-	real, err := l.resolve(p)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	return l.raw.readHead(real, n)
-}
-
-// resolve returns the path p leads to with every symlink followed:
-// absolute targets start at the image root, ".." stops there.
-func (l linkFS) resolve(p string) (string, error) {
-	cur := "/"
-	todo := strings.Split(p, "/")
-	hops := 0
-	for len(todo) > 0 {
-		c := todo[0]
-		todo = todo[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			cur = path.Dir(cur)
-			continue
-		}
-		next := path.Join(cur, c)
-		e, err := l.raw.lstat(next)
-		if err != nil {
-			return "", err
-		}
-		switch {
-		case e.Mode&fs.ModeSymlink != 0:
-			if hops++; hops > maxLinks {
-				return "", fmt.Errorf("%s: %w", next, errLoop)
-			}
-			if e.Target == "" {
-				return "", fmt.Errorf("%s: empty symlink: %w", next, fs.ErrNotExist)
-			}
-			if strings.HasPrefix(e.Target, "/") {
-				cur = "/"
-			}
-			todo = append(strings.Split(e.Target, "/"), todo...)
-		case !e.Mode.IsDir() && !onlyDots(todo):
-			return "", fmt.Errorf("%s: %w", next, syscall.ENOTDIR)
-		default:
-			cur = next
-		}
-	}
-	return cur, nil
-}
-
-// onlyDots reports whether the components left name nothing further.
-func onlyDots(cs []string) bool {
-	for _, c := range cs {
-		if c != "" && c != "." {
-			return false
-		}
-	}
-	return true
-}
-
 // treeFS reads the flattened tree of a build in progress; file heads come
 // back from the image being written.
 type treeFS struct{ t *flatten.Tree }
 
-func (t treeFS) lstat(p string) (startcheck.Entry, error) {
+// Lstat implements startcheck.FS: the check resolves symlinks itself.
+func (t treeFS) Lstat(p string) (startcheck.Entry, error) {
 	n, err := t.t.Lookup(p)
 	if err != nil {
 		return startcheck.Entry{}, err
@@ -216,7 +118,8 @@ func (t treeFS) lstat(p string) (startcheck.Entry, error) {
 	return e, nil
 }
 
-func (t treeFS) readHead(p string, n int) ([]byte, error) { return t.t.ReadHead(p, n) }
+// ReadHead implements startcheck.FS.
+func (t treeFS) ReadHead(p string, n int) ([]byte, error) { return t.t.ReadHead(p, n) }
 
 // fileMode converts an ext4 inode mode.
 func fileMode(m uint32) fs.FileMode {
@@ -246,7 +149,8 @@ func fileMode(m uint32) fs.FileMode {
 // imageFS reads a finished image.
 type imageFS struct{ im *inspect.Image }
 
-func (i imageFS) lstat(p string) (startcheck.Entry, error) {
+// Lstat implements startcheck.FS.
+func (i imageFS) Lstat(p string) (startcheck.Entry, error) {
 	e, err := i.im.Lstat(p)
 	if err != nil {
 		return startcheck.Entry{}, err
@@ -254,4 +158,5 @@ func (i imageFS) lstat(p string) (startcheck.Entry, error) {
 	return startcheck.Entry{Mode: e.Mode, Target: e.LinkTarget}, nil
 }
 
-func (i imageFS) readHead(p string, n int) ([]byte, error) { return i.im.ReadHead(p, n) }
+// ReadHead implements startcheck.FS.
+func (i imageFS) ReadHead(p string, n int) ([]byte, error) { return i.im.ReadHead(p, n) }
