@@ -180,7 +180,7 @@ func pushSample(ctx context.Context, ref string) error {
 		dir(tw, "etc", 0o755)
 		file(tw, "etc/os-release", 0o644, "NAME=\"Cube demo\"\nID=cubedemo\n")
 		file(tw, "etc/motd", 0o644, "this file is deleted by the upper layer\n")
-		file(tw, "bin/hello", 0o755, "#!/bin/sh\necho hello from a Cube template\n")
+		file(tw, "bin/hello", 0o755, string(helloELF()))
 		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/hi", Linkname: "hello", Mode: 0o777})
 	})
 	if err != nil {
