@@ -176,8 +176,8 @@ func (a *Agent) readinessChecks() map[string]func(context.Context) error {
 	checks := map[string]func(context.Context) error{
 		"spool": a.spool.Ping,
 		"spool_writes": func(context.Context) error {
-			if f := a.spoolRefused.Load(); f != nil && time.Since(f.at) < refusalShown {
-				return fmt.Errorf("the spool refused a commit %s ago: %w", time.Since(f.at).Round(time.Second), f.err)
+			if err := a.recentRefusal(); err != nil {
+				return err
 			}
 			dir := filepath.Dir(cfg.Spool.Path)
 			if err := unix.Access(dir, unix.W_OK); err != nil {

@@ -58,6 +58,16 @@ type refusal struct {
 // has committed since.
 const refusalShown = time.Minute
 
+// recentRefusal returns the spool's last refused submit commit when it is
+// younger than refusalShown and no commit succeeded since, nil otherwise.
+func (a *Agent) recentRefusal() error {
+	f := a.spoolRefused.Load()
+	if f == nil || time.Since(f.at) >= refusalShown {
+		return nil
+	}
+	return fmt.Errorf("the spool refused a commit %s ago: %w", time.Since(f.at).Round(time.Second), f.err)
+}
+
 // retryAfter is the Retry-After, in seconds, of answers that a condition
 // on this node (a volume short of space, uploads at their bound) refuses.
 const retryAfter = "30"
@@ -318,11 +328,11 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	check("spool", a.probe(r.Context(), 2*time.Second))
-	if f := a.spoolRefused.Load(); f != nil && time.Since(f.at) < refusalShown {
+	if err := a.recentRefusal(); err != nil {
 		// A spool that answers may still refuse commits (read-only
 		// filesystem, I/O errors, full below any reserve): every submit
 		// would get 503.
-		check("spool_writes", fmt.Errorf("the spool refused a commit %s ago: %w", time.Since(f.at).Round(time.Second), f.err))
+		check("spool_writes", err)
 	}
 	check("store", storeWritable(a.config().Store.Dir))
 	space := map[string]spaceView{}
