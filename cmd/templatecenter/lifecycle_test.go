@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,25 +27,6 @@ func TestDefaultStopFitsPodGrace(t *testing.T) {
 	if flush := liveCloseTimeout + traceFlushTimeout; flush > config.DefaultShutdownTimeout/2 {
 		t.Errorf("serve's flushes (%s) take over half the default shutdown.timeout %s", flush, config.DefaultShutdownTimeout)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for the process's writes and the
-// test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestSIGTERMMidBuildInPod runs the binary as a pod would (config file
@@ -77,10 +56,10 @@ func TestSIGTERMMidBuildInPod(t *testing.T) {
 	h.writeConfig()
 	const grace = 12 * time.Second
 	p := &proc{name: "agent (pod)", out: newLogBuffer(), done: make(chan struct{})}
-	var stdout lockedBuffer
+	stdout := newLogBuffer()
 	p.cmd = exec.Command(binPath)
 	p.cmd.Env = h.environ("CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT=" + grace.String())
-	p.cmd.Stdout, p.cmd.Stderr = &stdout, p.out
+	p.cmd.Stdout, p.cmd.Stderr = stdout, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
