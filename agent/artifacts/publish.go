@@ -84,7 +84,7 @@ func newObjectMetrics() objectMetrics {
 			Help: "Artifact records found beside objects and not trusted (the artifact was built instead), by reason.",
 		}, []string{"reason"}),
 	}
-	for _, op := range blobOps {
+	for _, op := range []string{opStat, opUpload, opPresign, opForeignKey, opDelete, opRecord} {
 		m.failures.WithLabelValues(op)
 	}
 	for _, r := range []string{recordUnsigned, recordSignature, recordMismatch} {
@@ -94,7 +94,14 @@ func newObjectMetrics() objectMetrics {
 }
 
 // Blob store operations, the op label of blobstore_failures_total.
-var blobOps = []string{"stat", "upload", "presign", "foreign_key", "delete", "record"}
+const (
+	opStat       = "stat"
+	opUpload     = "upload"
+	opPresign    = "presign"
+	opForeignKey = "foreign_key"
+	opDelete     = "delete"
+	opRecord     = "record"
+)
 
 func (m objectMetrics) register(reg prometheus.Registerer) {
 	reg.MustRegister(m.uploadBytes, m.uploadDuration, m.failures, m.fallbacks, m.verifiedReuses, m.badRecords)
@@ -140,7 +147,7 @@ func (p *publisher) ensure(ctx context.Context, built *api.Built, progress func(
 		log.Warn("object differs from the artifact, uploading it again", "size", info.Size, "sha256", info.SHA256,
 			"content_err", contentErr)
 	case !errors.Is(err, blobstore.ErrNotFound):
-		p.metrics.failures.WithLabelValues("stat").Inc()
+		p.metrics.failures.WithLabelValues(opStat).Inc()
 		return p.fallback(&out, log, fmt.Errorf("stat artifact object %s: %w", key, err))
 	}
 	if _, err := os.Stat(built.Ext4Path); errors.Is(err, os.ErrNotExist) {
@@ -153,7 +160,7 @@ func (p *publisher) ensure(ctx context.Context, built *api.Built, progress func(
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		p.metrics.failures.WithLabelValues("upload").Inc()
+		p.metrics.failures.WithLabelValues(opUpload).Inc()
 		return p.fallback(&out, log, err)
 	}
 	p.putRecord(ctx, built, info, log)
@@ -221,7 +228,7 @@ func (p *publisher) withFields(ctx context.Context, b *api.Built, key string, lo
 	if p.store.Abilities().Presign {
 		url, err := p.store.PresignGet(ctx, key, p.presignTTL)
 		if err != nil {
-			p.metrics.failures.WithLabelValues("presign").Inc()
+			p.metrics.failures.WithLabelValues(opPresign).Inc()
 			b.StorageBackend, b.ObjectKey = "", ""
 			return p.fallback(b, log, fmt.Errorf("presign %s: %w", key, err))
 		}
@@ -256,7 +263,7 @@ func (p *publisher) remove(ctx context.Context, artifactID, otherKey string) err
 	}
 	key := blobstore.ArtifactKey(p.prefix, artifactID)
 	if otherKey != "" && otherKey != key {
-		p.metrics.failures.WithLabelValues("foreign_key").Inc()
+		p.metrics.failures.WithLabelValues(opForeignKey).Inc()
 		p.logger.Warn("artifact row names an object key that is not the artifact's own; left in place",
 			"artifact_id", artifactID, "row_object_key", otherKey, "own_key", key)
 	}
@@ -264,7 +271,7 @@ func (p *publisher) remove(ctx context.Context, artifactID, otherKey string) err
 	// record without object, which is never adopted.
 	for _, del := range []string{key, RecordKey(key)} {
 		if err := p.store.Delete(ctx, del); err != nil {
-			p.metrics.failures.WithLabelValues("delete").Inc()
+			p.metrics.failures.WithLabelValues(opDelete).Inc()
 			return fmt.Errorf("delete artifact object %s: %w", del, err)
 		}
 	}
@@ -298,7 +305,7 @@ func (p *publisher) putRecord(ctx context.Context, built *api.Built, info blobst
 		err = p.store.Put(ctx, RecordKey(key), bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
 	}
 	if err != nil {
-		p.metrics.failures.WithLabelValues("record").Inc()
+		p.metrics.failures.WithLabelValues(opRecord).Inc()
 		log.Warn("store artifact record beside the object", "err", err)
 	}
 }
