@@ -540,68 +540,49 @@ func (c *Cache) removeLocked(hexDigest string, e *cacheEntry) error {
 	return nil
 }
 
-// Put streams r into the cache as blob hexDigest: into a temp file beside
-// the final name, checking size and sha256 on the way, then a rename.
-// progress, if not nil, gets the number of bytes written so far. On any error
-// the temp file is removed. It is meant for the download function of Acquire,
-// which then pins the blob.
-func (c *Cache) Put(ctx context.Context, hexDigest string, size int64, r io.Reader, progress func(written int64)) (err error) {
-	tmp, err := os.CreateTemp(c.dir, tmpPrefix+hexDigest+"-*")
+// Put streams r into the cache as blob hexDigest through a Partial:
+// into a temp file beside the final name, checking size and sha256, then a
+// rename. progress, if not nil, gets the number of bytes written so far. On
+// any error the temp file is removed. It is meant for the download function
+// of Acquire, which then pins the blob.
+func (c *Cache) Put(ctx context.Context, hexDigest string, size int64, r io.Reader, progress func(written int64)) error {
+	p, err := c.Create(hexDigest, size)
 	if err != nil {
-		return fmt.Errorf("create temp blob: %w", err)
+		return err
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	h := sha256.New()
+	if err := c.Fill(ctx, p, r, progress); err != nil {
+		p.Abort(err)
+		return err
+	}
+	return p.Commit()
+}
+
+// Fill copies r into p until r ends, stopping when ctx ends; progress, if
+// not nil, gets p.Written() after each write. It neither commits nor aborts p.
+func (c *Cache) Fill(ctx context.Context, p *Partial, r io.Reader, progress func(written int64)) error {
 	bp := c.bufs.Get().(*[]byte)
 	defer c.bufs.Put(bp)
 	buf := *bp
-	var written int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n, rerr := r.Read(buf)
 		if n > 0 {
-			if written+int64(n) > size {
-				return fmt.Errorf("%w: expected %d bytes, got more", ErrDigestMismatch, size)
+			if _, err := p.Write(buf[:n]); err != nil {
+				return err
 			}
-			if _, err := tmp.Write(buf[:n]); err != nil {
-				return fmt.Errorf("write temp blob: %w", err)
-			}
-			h.Write(buf[:n])
-			written += int64(n)
 			if progress != nil {
-				progress(written)
+				progress(p.Written())
 			}
 		}
 		if rerr == io.EOF {
-			break
+			return nil
 		}
 		if rerr != nil {
 			return rerr
 		}
 	}
-	if written != size {
-		return fmt.Errorf("%w: expected %d bytes, got %d", ErrDigestMismatch, size, written)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != hexDigest {
-		return fmt.Errorf("%w: expected sha256:%s, got sha256:%s", ErrDigestMismatch, hexDigest, got)
-	}
-	// No fsync: the blob is verified (size and sha256) before its first use
-	// after every start, so a blob a crash left torn is re-fetched, and
-	// syncing here would hold a cold build up for the disk.
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close temp blob: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), c.path(hexDigest)); err != nil {
-		return fmt.Errorf("commit blob: %w", err)
-	}
-	return nil
 }
 
 // Release drops one pin on each blob, removes served forms a zstd form
