@@ -174,12 +174,13 @@ func (s archiveSource) openers(d v1.Hash) []blobOpener {
 	}
 	return []blobOpener{{
 		where: s.name,
-		open: func(context.Context) (io.ReadCloser, error) {
+		open: func(_ context.Context, offset, _ int64) (io.ReadCloser, int64, error) {
 			f, err := os.Open(s.file)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
-			return sectionReadCloser{io.NewSectionReader(f, e.off, e.size), f}, nil
+			offset = min(offset, e.size)
+			return sectionReadCloser{io.NewSectionReader(f, e.off+offset, e.size-offset), f}, offset, nil
 		},
 	}}
 }

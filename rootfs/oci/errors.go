@@ -39,6 +39,9 @@ var (
 	ErrUnsupported = errors.New("unsupported image")
 	// ErrLocalDisabled marks an offline reference outside Options.LocalRoots.
 	ErrLocalDisabled = errors.New("offline source not allowed")
+	// ErrIncomplete marks a read of a layer Layers.Open streamed whose
+	// download then failed; Layers.Wait gives the download's error.
+	ErrIncomplete = blobcache.ErrAborted
 	// ErrCacheLocked marks a cache directory held by another Puller (it is
 	// blobcache.ErrLocked).
 	ErrCacheLocked = blobcache.ErrLocked

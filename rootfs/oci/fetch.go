@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 )
 
@@ -16,8 +18,14 @@ import (
 const progressInterval = 500 * time.Millisecond
 
 // attemptsPerPlace is how often a blob download is tried at one place when it
-// fails with a transient error (connection reset, truncated body, 5xx).
+// fails with a transient error (connection reset, truncated body, 5xx)
+// without bringing a byte.
 const attemptsPerPlace = 3
+
+// maxResumes bounds the times one blob's download continues after a
+// connection that dropped once it had brought bytes: each continues from
+// the bytes received, with a Range request.
+const maxResumes = 8
 
 // Progress is a snapshot of a Fetch.
 type Progress struct {
@@ -42,15 +50,20 @@ func (p Progress) Done() bool {
 }
 
 // blobStore is what fetching needs of the layer cache: pin a blob, filling
-// it through a download when it is missing or corrupt (Acquire with Put),
-// read a pinned blob, and release the pins. *blobcache.Cache implements it.
+// it through a download when it is missing or corrupt (Acquire with
+// Create, Fill and Commit), read a pinned blob, and release the pins.
+// *blobcache.Cache implements it.
 type blobStore interface {
 	// Acquire pins blob hex of size bytes, calling download (which writes it
-	// with Put) unless a verified copy is present; concurrent Acquires of a
-	// blob share one download. source keys where download reads from.
+	// through a Partial) unless a verified copy is present; concurrent
+	// Acquires of a blob share one download. source keys where download
+	// reads from.
 	Acquire(ctx context.Context, hex string, size int64, source string, download func(context.Context) error) (fromCache bool, err error)
-	// Put streams r into the store as blob hex, checking size and digest.
-	Put(ctx context.Context, hex string, size int64, r io.Reader, progress func(written int64)) error
+	// Create starts blob hex of size bytes; readers can follow it while
+	// it is written, and its Commit checks size and digest.
+	Create(hex string, size int64) (*blobcache.Partial, error)
+	// Fill appends what r brings to p.
+	Fill(ctx context.Context, p *blobcache.Partial, r io.Reader, progress func(written int64)) error
 	// Open reads pinned blob hex.
 	Open(hex string) (io.ReadCloser, error)
 	// Release drops one pin on each blob.
@@ -61,15 +74,21 @@ var _ blobStore = (*blobcache.Cache)(nil)
 
 // Layers holds cache pins on the layer blobs of one image, in manifest order.
 // Close it when done; pinned blobs are never evicted. Layers returned by
-// Start may still be downloading: Open waits for the layer it opens.
+// Start may still be downloading: Open streams a layer its downloads are
+// writing, and waits for one not yet started.
 type Layers struct {
 	store  blobStore
 	layers []Layer
 	// ready has a channel per distinct blob, closed when its download ended
 	// (ok tells whether it succeeded); done closes when every download ended.
-	ready  map[string]chan struct{}
-	done   chan struct{}
-	cancel context.CancelFunc
+	ready map[string]chan struct{}
+	// streams has the blob being written per distinct blob this Layers
+	// downloads itself; readers of it wait under readers, which Close ends.
+	streams       map[string]*blobStream
+	readers       context.Context
+	cancelReaders context.CancelFunc
+	done          chan struct{}
+	cancel        context.CancelFunc
 
 	mu     sync.Mutex
 	ok     map[string]bool
@@ -81,18 +100,34 @@ type Layers struct {
 // Len returns the number of layers.
 func (l *Layers) Len() int { return len(l.layers) }
 
-// Open returns the blob of layer i (manifest order, bottom first), waiting
-// for its download if needed: the blob as served, whose size and sha256 were
-// verified when it entered the cache or on its first use by this process, or
-// the zstd form the cache re-encoded it to (Options.TranscodeZstd), verified
-// the same way. Either way the uncompressed stream is the layer's; tell the
+// Open returns the blob of layer i (manifest order, bottom first). A blob
+// this Layers is downloading is read as it arrives: the reader waits for
+// bytes not yet received, and fails at the end, instead of ending, when the
+// download does not complete with the right size and sha256 (the blob then
+// never enters the cache). Otherwise Open waits for the blob to be in the
+// cache and returns it: as served, its size and sha256 verified when it
+// entered the cache or on its first use by this process, or the zstd form
+// the cache re-encoded it to (Options.TranscodeZstd), verified the same
+// way. Either way the uncompressed stream is the layer's; tell the
 // compression by the magic bytes, not Layer.MediaType.
 func (l *Layers) Open(i int) (io.ReadCloser, error) {
 	if i < 0 || i >= len(l.layers) {
 		return nil, fmt.Errorf("open layer: index %d out of range [0,%d)", i, len(l.layers))
 	}
 	hex := l.layers[i].Digest.Hex
-	<-l.ready[hex]
+	select {
+	case <-l.ready[hex]:
+	case <-l.streams[hex].started:
+		select {
+		case <-l.ready[hex]: // ended meanwhile: read the cache's copy
+		default:
+			rc, err := l.streams[hex].partial.NewReader(l.readers)
+			if err != nil {
+				return nil, fmt.Errorf("open layer %d: %w", i, err)
+			}
+			return rc, nil
+		}
+	}
 	l.mu.Lock()
 	closed, ok := l.closed, l.ok[hex]
 	l.mu.Unlock()
@@ -120,10 +155,11 @@ func (l *Layers) Wait() error {
 	return l.err
 }
 
-// Close stops downloads still running and unpins the blobs; readers already
-// open stay valid.
+// Close stops downloads still running and unpins the blobs. Readers of
+// blobs in the cache stay valid; readers of a blob still downloading fail.
 func (l *Layers) Close() error {
 	l.cancel()
+	l.cancelReaders()
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -164,6 +200,7 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 		layer Layer
 		index int // of the layer's first use, for messages
 		uses  int
+		turn  int // among the distinct blobs, in manifest order
 	}
 	var jobs []*job
 	byHex := make(map[string]*job)
@@ -179,11 +216,16 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 
 	tr := newTracker(img)
 	ctx, cancel := context.WithCancel(ctx)
+	readers, cancelReaders := context.WithCancel(context.WithoutCancel(ctx))
 	l := &Layers{store: p.cache, layers: img.Layers, ready: make(map[string]chan struct{}, len(jobs)),
+		streams: make(map[string]*blobStream, len(jobs)), readers: readers, cancelReaders: cancelReaders,
 		done: make(chan struct{}), cancel: cancel, ok: make(map[string]bool, len(jobs))}
-	for _, j := range jobs {
+	for k, j := range jobs {
 		l.ready[j.layer.Digest.Hex] = make(chan struct{})
+		l.streams[j.layer.Digest.Hex] = &blobStream{started: make(chan struct{})}
+		j.turn = k
 	}
+	order := newTurns(len(jobs))
 	var firstErr error
 	work := make(chan *job)
 	var wg sync.WaitGroup
@@ -194,13 +236,16 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 			for j := range work {
 				hex := j.layer.Digest.Hex
 				if ctx.Err() != nil {
+					order.end(j.turn)
 					close(l.ready[hex])
 					continue
 				}
 				lt := tr.layer(j.layer.Size, j.uses)
 				lctx, endSpan := layerSpan(ctx, j.index, j.layer)
-				fromCache, err := l.store.Acquire(lctx, hex, j.layer.Size, img.src.key(),
-					func(ctx context.Context) error { return download(ctx, l.store, img.src, j.index, j.layer, lt) })
+				d := &downloader{store: l.store, src: img.src, index: j.index, layer: j.layer, tracker: lt,
+					stream: l.streams[hex], turn: func(ctx context.Context) error { return order.wait(ctx, j.turn) }}
+				fromCache, err := l.store.Acquire(lctx, hex, j.layer.Size, img.src.key(), d.download)
+				order.end(j.turn)
 				endSpan(fromCache, err)
 				l.mu.Lock()
 				if err != nil {
@@ -265,53 +310,160 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 	return l, nil
 }
 
-// download writes layer index's blob into the cache, trying each place the
-// source offers (transient failures a few times each, a stall twice) until
-// one yields the right bytes.
-func download(ctx context.Context, store blobStore, src blobSource, index int, l Layer, lt *layerTracker) error {
+// blobStream is a blob a Layers downloads itself, once the download has
+// started writing it: started closes when partial is set.
+type blobStream struct {
+	started chan struct{}
+	partial *blobcache.Partial
+}
+
+// turns lets the downloads of one Start read their bodies one blob at a
+// time, in manifest order: the bottom layer, the one a build applies first,
+// gets the whole link instead of a share of it, and each blob is complete
+// as early as it can be. Downloads still connect ahead (up to
+// Options.Jobs), so the next blob's connection, authentication and
+// redirect are ready when its turn comes.
+type turns struct{ ended []chan struct{} }
+
+func newTurns(n int) *turns {
+	t := &turns{ended: make([]chan struct{}, n)}
+	for k := range t.ended {
+		t.ended[k] = make(chan struct{})
+	}
+	return t
+}
+
+// wait returns once every blob before k ended its download, or with ctx.
+func (t *turns) wait(ctx context.Context, k int) error {
+	for j := range k {
+		select {
+		case <-t.ended[j]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// end records that blob k's download (or its cache lookup) ended.
+func (t *turns) end(k int) { close(t.ended[k]) }
+
+// downloader brings one layer blob into the cache.
+type downloader struct {
+	store   blobStore
+	src     blobSource
+	index   int // of the layer's first use, for messages
+	layer   Layer
+	tracker *layerTracker
+	stream  *blobStream
+	// turn waits until this blob may read its body.
+	turn func(context.Context) error
+}
+
+// download writes the layer's blob into the cache, trying each place the
+// source offers until one yields all of it: a dropped connection that
+// brought bytes continues from them (maxResumes times), other transient
+// failures are tried again a few times, a stall twice. What was received
+// is kept across attempts and places, so readers following the blob never
+// see it start over. The size and sha256 are checked at the end; a
+// mismatch fails the download, with nothing kept, since readers may have
+// used the bytes already.
+func (d *downloader) download(ctx context.Context) error {
+	p, err := d.store.Create(d.layer.Digest.Hex, d.layer.Size)
+	if err != nil {
+		return fmt.Errorf("fetch layer %s: %w", d.layer.Digest, err)
+	}
+	d.stream.partial = p
+	close(d.stream.started)
+	if err := d.fill(ctx, p); err != nil {
+		p.Abort(err)
+		return err
+	}
+	return nil
+}
+
+// fill downloads into p and commits it.
+func (d *downloader) fill(ctx context.Context, p *blobcache.Partial) error {
 	var errs []error
-	for _, o := range src.openers(l.Digest) {
-		what := fmt.Sprintf("fetch layer %s from %s", l.Digest, o.where)
+	resumes := 0
+	for _, o := range d.src.openers(d.layer.Digest) {
+		what := fmt.Sprintf("fetch layer %s from %s", d.layer.Digest, o.where)
 		stalls := 0
-		for attempt := 1; ; attempt++ {
-			err := downloadFrom(ctx, store, o, l, lt)
+		for attempt := 1; ; {
+			before := p.Written()
+			err := d.from(ctx, p, o)
 			if err == nil {
+				if err := p.Commit(); err != nil {
+					return fmt.Errorf("%s: %w", what, err)
+				}
 				return nil
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s: %w", what, ctx.Err())
 			}
 			var se *StallError
-			if errors.As(err, &se) {
+			switch {
+			case errors.Is(err, ErrDigestMismatch):
+				// More bytes than the manifest says: readers may have
+				// used them, so no other place can make this right.
+				return classify(err, what, o.host)
+			case errors.As(err, &se):
 				if stalls++; stalls < 2 && attempt < attemptsPerPlace {
+					attempt++
 					continue // a stalled connection is dropped; a new one may move
 				}
-				errs = append(errs, &kindError{cause: err, msg: fmt.Sprintf("%s: layer %d: %v", what, index, se)})
-				break
-			}
-			if attempt < attemptsPerPlace && isTransient(err) {
+				errs = append(errs, &kindError{cause: err, msg: fmt.Sprintf("%s: layer %d: %v", what, d.index, se)})
+			case isTransient(err) && p.Written() > before && resumes < maxResumes:
+				resumes++
+				continue // the connection dropped after bringing bytes: continue from them
+			case isTransient(err) && attempt < attemptsPerPlace:
 				if werr := sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond); werr != nil {
 					return fmt.Errorf("%s: %w", what, werr)
 				}
+				attempt++
 				continue
+			default:
+				errs = append(errs, classify(err, what, o.host))
 			}
-			errs = append(errs, classify(err, what, o.host))
 			break
 		}
 	}
 	if len(errs) == 0 {
-		return fmt.Errorf("fetch layer %s: no source", l.Digest)
+		return fmt.Errorf("fetch layer %s: no source", d.layer.Digest)
 	}
 	return errors.Join(errs...)
 }
 
-func downloadFrom(ctx context.Context, store blobStore, o blobOpener, l Layer, lt *layerTracker) error {
-	rc, err := o.open(ctx)
+// from reads the rest of the blob from one place into p, once the blob's
+// turn came: from the bytes p holds on, or, when the place serves only
+// whole blobs, from the start with those bytes skipped.
+func (d *downloader) from(ctx context.Context, p *blobcache.Partial, o blobOpener) error {
+	have := p.Written()
+	if have == d.layer.Size {
+		return nil // all there; Commit checks it
+	}
+	rc, start, err := o.open(ctx, have, d.layer.Size)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	return store.Put(ctx, l.Digest.Hex, l.Size, rc, lt.wrote)
+	if have == 0 {
+		if err := d.turn(ctx); err != nil {
+			return err
+		}
+		spanEvent(ctx, EventLayerTurn)
+	} else {
+		spanEvent(ctx, EventLayerResume, attribute.Int64("oci.layer.offset", have), attribute.Int64("oci.layer.skipped", have-start))
+	}
+	if start < have {
+		if _, err := io.CopyN(io.Discard, rc, have-start); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("skip the %d bytes already received: %w", have-start, err)
+		}
+	}
+	return d.store.Fill(ctx, p, rc, d.tracker.wrote)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

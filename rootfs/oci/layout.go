@@ -256,8 +256,18 @@ func (s layoutSource) key() string { return s.name }
 func (s layoutSource) openers(d v1.Hash) []blobOpener {
 	return []blobOpener{{
 		where: s.name,
-		open: func(context.Context) (io.ReadCloser, error) {
-			return layout.Path(s.dir).Blob(d)
+		open: func(_ context.Context, offset, _ int64) (io.ReadCloser, int64, error) {
+			rc, err := layout.Path(s.dir).Blob(d)
+			if err != nil {
+				return nil, 0, err
+			}
+			// A blob file seeks; anything else is read from its start.
+			if sk, ok := rc.(io.Seeker); ok && offset > 0 {
+				if _, err := sk.Seek(offset, io.SeekStart); err == nil {
+					return rc, offset, nil
+				}
+			}
+			return rc, 0, nil
 		},
 	}}
 }

@@ -31,7 +31,7 @@ import (
 const (
 	// DefaultCacheQuotaBytes is the cache size used when Options.CacheQuotaBytes is 0.
 	DefaultCacheQuotaBytes = 20 << 30
-	// DefaultJobs is the number of parallel layer downloads when Options.Jobs is 0.
+	// DefaultJobs is the number of layer downloads connected at once when Options.Jobs is 0.
 	DefaultJobs = 6
 	// MaxJobs caps Options.Jobs.
 	MaxJobs = 32
@@ -58,8 +58,10 @@ type Options struct {
 	// Insecure lists registry hosts spoken to over plain HTTP, besides
 	// references written http://... .
 	Insecure []string
-	// Jobs bounds parallel layer downloads per Fetch (DefaultJobs when 0,
-	// at most MaxJobs).
+	// Jobs bounds the layer downloads of one Fetch connected at once
+	// (DefaultJobs when 0, at most MaxJobs). Their bodies are read one at
+	// a time, bottom layer first, so the layer a build applies first gets
+	// the whole link; the others wait connected, ready to go on.
 	Jobs int
 	// Keychain supplies credentials when a Source has none
 	// (authn.DefaultKeychain when nil: docker's config.json, DOCKER_CONFIG

@@ -246,7 +246,9 @@ func (s *registrySource) openers(d v1.Hash) []blobOpener {
 		out = append(out, blobOpener{
 			where: displayRepo(ep.repo),
 			host:  ep.repo.RegistryStr(),
-			open:  func(ctx context.Context) (io.ReadCloser, error) { return s.p.openBlob(ctx, ep, d, true) },
+			open: func(ctx context.Context, offset, size int64) (io.ReadCloser, int64, error) {
+				return s.p.openLayer(ctx, ep, d, offset, size)
+			},
 		})
 	}
 	return out
@@ -256,6 +258,58 @@ func (s *registrySource) openers(d v1.Hash) []blobOpener {
 // stream, bound by the minimum transfer rate alone; any other blob is a
 // document with a whole-request deadline (see guardTransport).
 func (p *registryImages) openBlob(ctx context.Context, ep *endpoint, d v1.Hash, layer bool) (io.ReadCloser, error) {
+	resp, err := p.getBlob(ctx, ep, d, layer, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := transport.CheckError(resp, http.StatusOK); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// openLayer GETs layer blob d of size bytes from byte offset on: with a
+// Range request when offset is past 0. Registries serve ranges on blobs
+// (the distribution spec's blob GET); one that answers 200 sends the whole
+// blob, and start 0 says so; one refusing the range (416) is asked for the
+// whole blob. A 206 for another range than asked is refused.
+func (p *registryImages) openLayer(ctx context.Context, ep *endpoint, d v1.Hash, offset, size int64) (io.ReadCloser, int64, error) {
+	rng := ""
+	if offset > 0 && offset < size {
+		rng = fmt.Sprintf("bytes=%d-%d", offset, size-1)
+	}
+	resp, err := p.getBlob(ctx, ep, d, true, rng)
+	if err != nil {
+		return nil, 0, err
+	}
+	if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && rng != "" {
+		// A registry refusing the range still serves the blob whole.
+		resp.Body.Close()
+		rng = ""
+		if resp, err = p.getBlob(ctx, ep, d, true, ""); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := transport.CheckError(resp, http.StatusOK, http.StatusPartialContent); err != nil {
+		resp.Body.Close()
+		return nil, 0, err
+	}
+	if resp.StatusCode == http.StatusOK || rng == "" {
+		return resp.Body, 0, nil
+	}
+	var first, last, total int64
+	cr := resp.Header.Get("Content-Range")
+	if _, err := fmt.Sscanf(cr, "bytes %d-%d/%d", &first, &last, &total); err != nil || first != offset || last != size-1 || total != size {
+		resp.Body.Close()
+		return nil, 0, fmt.Errorf("asked for bytes %d-%d of %d, the registry answered with Content-Range %q",
+			offset, size-1, size, shorten(cr, 80))
+	}
+	return resp.Body, offset, nil
+}
+
+// getBlob sends the GET of blob d, with a Range header when rng is set.
+func (p *registryImages) getBlob(ctx context.Context, ep *endpoint, d v1.Hash, layer bool, rng string) (*http.Response, error) {
 	rt, err := ep.transport(ctx, p.base)
 	if err != nil {
 		return nil, err
@@ -272,16 +326,11 @@ func (p *registryImages) openBlob(ctx context.Context, ep *endpoint, d v1.Hash, 
 	if err != nil {
 		return nil, err
 	}
+	if rng != "" {
+		req.Header.Set("Range", rng)
+	}
 	client := &http.Client{Transport: rt, CheckRedirect: checkRedirect}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if err := transport.CheckError(resp, http.StatusOK); err != nil {
-		resp.Body.Close()
-		return nil, err
-	}
-	return resp.Body, nil
+	return client.Do(req)
 }
 
 // checkRedirect bounds blob redirects and refuses a jump from a public host

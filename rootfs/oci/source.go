@@ -34,5 +34,9 @@ type blobSource interface {
 type blobOpener struct {
 	where string // repository or offline reference, for messages
 	host  string // registry host ("" offline), for authentication messages
-	open  func(ctx context.Context) (io.ReadCloser, error)
+	// open reads the blob of size bytes from byte offset on, where the
+	// place can; start is where the returned body begins: offset, or 0
+	// when the place serves the blob only whole (a registry ignoring
+	// Range), for the caller to skip what it already has.
+	open func(ctx context.Context, offset, size int64) (body io.ReadCloser, start int64, err error)
 }

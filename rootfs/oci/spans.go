@@ -28,3 +28,19 @@ func layerSpan(ctx context.Context, i int, l Layer) (context.Context, func(fromC
 		span.End()
 	}
 }
+
+// Events of the layer fetch span.
+const (
+	// EventLayerResume marks a download continuing where a dropped
+	// connection left it: oci.layer.offset is where, oci.layer.skipped the
+	// bytes the place sent again (a registry ignoring Range).
+	EventLayerResume = "oci.layer.resume"
+	// EventLayerTurn marks the moment the layer's body started to be
+	// read: the layers below it were complete.
+	EventLayerTurn = "oci.layer.turn"
+)
+
+// spanEvent adds an event to the span of ctx, when it is recording.
+func spanEvent(ctx context.Context, name string, attrs ...attribute.KeyValue) {
+	trace.SpanFromContext(ctx).AddEvent(name, trace.WithAttributes(attrs...))
+}
