@@ -125,8 +125,8 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 	}
 	b.returned.begin()
 	defer b.returned.end()
-	// Downloads run while the first layers are applied: Open waits for the
-	// layer it needs.
+	// Downloads run while the layers are applied: each layer is applied
+	// as its bytes arrive, bottom first (oci.Layers.Open).
 	layers, err := b.puller.Start(ctx, img.resolved, func(p oci.Progress) {
 		pct := percentFetch
 		if p.TotalBytes > 0 {
@@ -215,6 +215,13 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		err := cur.apply(actx, tree)
 		endApply(err)
 		cur.close()
+		if errors.Is(err, oci.ErrIncomplete) {
+			// The layer streamed while it downloaded and the download
+			// failed: its error says why, not the tar reader's.
+			if ferr := layers.Wait(); ferr != nil {
+				return nil, fmt.Errorf("fetch layers: %w", ferr)
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -305,7 +312,7 @@ type startedLayer struct {
 	err   error
 }
 
-// startLayer opens layer i (waiting for its download) and starts
+// startLayer opens layer i (as its download brings it) and starts
 // decompressing it (gzip with gz) up to size bytes ahead, without blocking
 // the caller.
 func startLayer(ctx context.Context, layers *oci.Layers, i, size int, pool *layercodec.ChunkPool, gz *layercodec.GzipInflater) *startedLayer {
