@@ -103,7 +103,7 @@ func New(opts Options) (*Proxy, error) {
 	p := &Proxy{addr: ln.Addr().String(), bps: opts.BitsPerSecond, ignoreRange: opts.IgnoreRange, done: make(chan struct{}),
 		// No transparent gzip: the client must see the upstream's bytes
 		// and Content-Length.
-		transport: &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}}
+		transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}}
 	discard := log.New(io.Discard, "", 0)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -154,8 +154,8 @@ func (p *Proxy) SetIgnoreRange(ignore bool) {
 // CutAfter makes the next `times` responses whose request path contains
 // pathPart close the client connection abruptly (no clean end of body)
 // after `after` body bytes. Only 200 and 206 responses count; one whose
-// body ends before `after` bytes is delivered whole and still uses up one
-// of the times.
+// Content-Length is at most `after` is delivered whole and still uses up
+// one of the times.
 func (p *Proxy) CutAfter(pathPart string, after int64, times int) {
 	if times <= 0 {
 		return
@@ -199,6 +199,9 @@ func (p *Proxy) wrapBody(resp *http.Response) error {
 			}
 		}
 		p.mu.Unlock()
+	}
+	if cut >= 0 && resp.ContentLength >= 0 && cut >= resp.ContentLength {
+		cut = -1
 	}
 	resp.Body = &linkBody{body: resp.Body, p: p, ctx: resp.Request.Context(), left: cut}
 	return nil

@@ -208,8 +208,18 @@ func TestCutAfter(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Equal(body, want) {
 		t.Errorf("third response: %d, %d bytes, %v; want it whole", resp.StatusCode, len(body), err)
 	}
-	if got := p.Stats(); got.Cuts != 2 || got.Requests != 4 || got.BodyBytes != 1000+2*after+size {
-		t.Errorf("Stats = %+v, want 2 cuts, 4 requests, %d body bytes", got, 1000+2*after+size)
+	// A body no longer than the cut point arrives whole, and uses up the
+	// cut: the next matching path ("/blob/10000" contains "/blob/1000")
+	// arrives whole too.
+	p.CutAfter("/blob/1000", 1000, 1)
+	if _, body, err := get(t, client, p.URL()+"/blob/1000", nil); err != nil || len(body) != 1000 {
+		t.Errorf("GET of a body as long as the cut point: %d bytes, %v; want it whole", len(body), err)
+	}
+	if _, body, err := get(t, client, p.URL()+"/blob/10000", nil); err != nil || len(body) != 10000 {
+		t.Errorf("GET after the cut was used up: %d bytes, %v; want it whole", len(body), err)
+	}
+	if got := p.Stats(); got.Cuts != 2 || got.Requests != 6 || got.BodyBytes != 2*1000+10000+2*after+size {
+		t.Errorf("Stats = %+v, want 2 cuts, 6 requests, %d body bytes", got, 2*1000+10000+2*after+size)
 	}
 }
 
