@@ -153,9 +153,9 @@ func (p *Proxy) SetIgnoreRange(ignore bool) {
 
 // CutAfter makes the next `times` responses whose request path contains
 // pathPart close the client connection abruptly (no clean end of body)
-// after `after` body bytes. Only 200 and 206 responses count; one whose
-// Content-Length is at most `after` is delivered whole and still uses up
-// one of the times.
+// after `after` body bytes. Only 200 and 206 responses to GET count (a
+// HEAD has no body to cut); one whose Content-Length is at most `after`
+// is delivered whole and still uses up one of the times.
 func (p *Proxy) CutAfter(pathPart string, after int64, times int) {
 	if times <= 0 {
 		return
@@ -187,7 +187,7 @@ func (p *Proxy) countRequest(r *http.Request) (stripRange bool) {
 // response body and the client.
 func (p *Proxy) wrapBody(resp *http.Response) error {
 	cut := int64(-1)
-	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent {
+	if resp.Request.Method == http.MethodGet && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent) {
 		p.mu.Lock()
 		for i := range p.cuts {
 			if c := &p.cuts[i]; strings.Contains(resp.Request.URL.Path, c.pathPart) {

@@ -24,7 +24,7 @@ func newUpstream(t *testing.T) *upstream {
 	t.Helper()
 	u := &upstream{}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /blob/{n}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/blob/{n}", func(w http.ResponseWriter, r *http.Request) {
 		var n int
 		if _, err := fmt.Sscan(r.PathValue("n"), &n); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -188,9 +188,13 @@ func TestCutAfter(t *testing.T) {
 	want := content(size)
 	p.CutAfter("/blob/200000", after, 2)
 
-	// Another path neither gets cut nor uses up a cut.
+	// Another path neither gets cut nor uses up a cut, nor does a HEAD
+	// (no body) of the path.
 	if _, body, err := get(t, client, p.URL()+"/blob/1000", nil); err != nil || len(body) != 1000 {
 		t.Fatalf("GET of another path: %d bytes, %v", len(body), err)
+	}
+	if resp, err := client.Head(p.URL() + "/blob/200000"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD: %v, %v", resp, err)
 	}
 	for i := range 2 {
 		resp, body, err := get(t, client, p.URL()+"/blob/200000", nil)
@@ -218,8 +222,8 @@ func TestCutAfter(t *testing.T) {
 	if _, body, err := get(t, client, p.URL()+"/blob/10000", nil); err != nil || len(body) != 10000 {
 		t.Errorf("GET after the cut was used up: %d bytes, %v; want it whole", len(body), err)
 	}
-	if got := p.Stats(); got.Cuts != 2 || got.Requests != 6 || got.BodyBytes != 2*1000+10000+2*after+size {
-		t.Errorf("Stats = %+v, want 2 cuts, 6 requests, %d body bytes", got, 2*1000+10000+2*after+size)
+	if got := p.Stats(); got.Cuts != 2 || got.Requests != 7 || got.BodyBytes != 2*1000+10000+2*after+size {
+		t.Errorf("Stats = %+v, want 2 cuts, 7 requests, %d body bytes", got, 2*1000+10000+2*after+size)
 	}
 }
 
