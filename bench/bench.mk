@@ -40,7 +40,7 @@ BENCH_LINKS     ?= 400,1000
 
 .PHONY: bench bench-micro bench-profile
 
-## bench: measure upstream's pipeline and the agent side by side (root; about 6 minutes with BENCH_N=3 once the images are generated).
+## bench: measure upstream's pipeline and the agent side by side (root; about 7 minutes with BENCH_N=3 once the images are generated).
 bench: build
 	$(GO) run ./bench/cmd/tcbench -templatecenter $(BIN) -n $(BENCH_N) -images $(BENCH_IMAGES) -work $(BENCH_WORK) \
 		-scale-layer-mib $(BENCH_SCALE_MIB) -many-files $(BENCH_FILES) -links "$(BENCH_LINKS)"
