@@ -3,7 +3,8 @@
 #
 #   make bench         tcbench: upstream vs the agent (cold, warm-now, warm,
 #                      reuse) and the floor on three generated images, served
-#                      by a loopback docker-registry; then the agent's scale
+#                      by a loopback docker-registry; the agent cold through
+#                      a link model (test/linkproxy); then the agent's scale
 #                      curve, 4 images at once and a 1,000,000-file image;
 #                      then two replicas on one MariaDB and blob store;
 #                      prints the tables and targets (docs/performance.md)
@@ -16,7 +17,7 @@
 # once with debootstrap and cached in /var/cache/cube-templatecenter-test.
 # Knobs: BENCH_N runs per pipeline and image, BENCH_IMAGES (debian, large,
 # small, tiny), BENCH_WORK (generated images are kept there between runs),
-# BENCH_SCALE_MIB, BENCH_FILES.
+# BENCH_SCALE_MIB, BENCH_FILES, BENCH_LINKS.
 
 # Keep the includer's default goal, whether this file is included before or
 # after its first rule.
@@ -32,13 +33,17 @@ BENCH_TIME   ?= 3x
 # them); files of the many-files image (0 skips it).
 BENCH_SCALE_MIB ?= 256
 BENCH_FILES     ?= 1000000
+# Bandwidths in Mbit/s of the link-model rows: cold builds of the debian
+# and large images through a proxy sharing one bandwidth between all
+# connections, 20 ms per new connection ("" skips them).
+BENCH_LINKS     ?= 400,1000
 
 .PHONY: bench bench-micro bench-profile
 
-## bench: measure upstream's pipeline and the agent side by side (root; about 6 minutes with BENCH_N=3 once the images are generated).
+## bench: measure upstream's pipeline and the agent side by side (root; about 7 minutes with BENCH_N=3 once the images are generated).
 bench: build
 	$(GO) run ./bench/cmd/tcbench -templatecenter $(BIN) -n $(BENCH_N) -images $(BENCH_IMAGES) -work $(BENCH_WORK) \
-		-scale-layer-mib $(BENCH_SCALE_MIB) -many-files $(BENCH_FILES)
+		-scale-layer-mib $(BENCH_SCALE_MIB) -many-files $(BENCH_FILES) -links "$(BENCH_LINKS)"
 
 ## bench-micro: Go benchmarks of the hot paths in bench/ (see also rootfs/ext4, rootfs/flatten, rootfs/oci).
 bench-micro:

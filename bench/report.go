@@ -123,6 +123,8 @@ type Report struct {
 	Scale       []Measurement    `json:"scale,omitempty"`
 	Concurrency []ConcurrencyRun `json:"concurrency,omitempty"`
 	ManyFiles   []ManyFilesRun   `json:"many_files,omitempty"`
+	// Links holds the agent's cold builds through the link model.
+	Links []LinkRun `json:"links,omitempty"`
 }
 
 // ConcurrencyRun is one run of distinct images built alone, one after
@@ -459,7 +461,9 @@ func Targets(rows []Row) []Target {
 // runs themselves (warm-now against cold per run), the scale curve, the
 // concurrent builds and the many-files image.
 func (r *Report) Targets() []Target {
-	out := Targets(r.Rows())
+	rows := r.Rows()
+	out := Targets(rows)
+	out = append(out, linkTargets(r.LinkRows(rows))...)
 	// warm-now never slower than the cold build of the same run.
 	type key struct {
 		img string
@@ -659,6 +663,7 @@ func (r *Report) Write(w io.Writer) error {
 	fmt.Fprintln(bw)
 	writeRatios(bw, rows)
 	r.writeFloor(bw)
+	r.writeLinks(bw, rows)
 	r.writeScale(bw)
 	r.writeConcurrency(bw)
 	r.writeManyFiles(bw)

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,6 +60,13 @@ type Config struct {
 	// ManyFiles is the file count of the many-files image built once for
 	// its memory per entry; 0 skips it.
 	ManyFiles int
+	// Links are the bandwidths, in bits per second, of the link-model
+	// rows: cold builds through a linkproxy in front of the registry;
+	// none skips them.
+	Links []int64
+	// LinkImages are the images measured through the links
+	// (DefaultLinkImages when nil).
+	LinkImages []string
 	// Log receives progress lines (discarded when nil).
 	Log io.Writer
 }
@@ -84,6 +92,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.ReuseSamples == 0 {
 		cfg.ReuseSamples = DefaultReuseSamples
+	}
+	if cfg.LinkImages == nil {
+		cfg.LinkImages = DefaultLinkImages()
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("bench: run as root (umoci unpack and mkfs.ext4 -d keep ownership, debootstrap and loop mounts need it)")
@@ -228,8 +239,9 @@ func (h *harness) push(ctx context.Context, img *benchImage) error {
 	return nil
 }
 
-// iteration measures one run of every pipeline on one image; even runs
-// start with upstream, odd runs with the agent.
+// iteration measures one run of every pipeline on one image: upstream,
+// the agent on loopback, the agent through the links; odd runs go in the
+// reverse order.
 func (h *harness) iteration(ctx context.Context, name string, run int) error {
 	dir := filepath.Join(h.cfg.WorkDir, "builds", fmt.Sprintf("%s-%d", name, run))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -255,9 +267,12 @@ func (h *harness) iteration(ctx context.Context, name string, run int) error {
 		}
 		return err
 	}
-	steps := []func() error{doUpstream, doAgent}
+	// The link-model builds of the image run in the same iteration as the
+	// loopback cold build they are compared with.
+	doLinks := func() error { return h.measureLinks(ctx, name, run, dir) }
+	steps := []func() error{doUpstream, doAgent, doLinks}
 	if run%2 == 1 {
-		steps[0], steps[1] = steps[1], steps[0]
+		slices.Reverse(steps)
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -399,6 +414,11 @@ type sampledBuild struct {
 // agentBuild submits one build to a and measures it; resetPeak has the
 // peak RSS count from the build's start rather than the process's.
 func (h *harness) agentBuild(ctx context.Context, a *agentProc, name string, run int, pipeline string, envd []byte, reset bool) (Measurement, sampledBuild, error) {
+	return h.agentBuildRef(ctx, a, name, h.refs[name], run, pipeline, envd, reset)
+}
+
+// agentBuildRef is agentBuild of the image name pulled as ref.
+func (h *harness) agentBuildRef(ctx context.Context, a *agentProc, name, ref string, run int, pipeline string, envd []byte, reset bool) (Measurement, sampledBuild, error) {
 	if reset {
 		if err := resetPeak(a.Pid()); err != nil {
 			return Measurement{}, sampledBuild{}, fmt.Errorf("bench: %w", err)
@@ -410,7 +430,7 @@ func (h *harness) agentBuild(ctx context.Context, a *agentProc, name string, run
 	}
 	m := Measurement{Image: name, Pipeline: pipeline, Run: run, Load1: loadAvg1()}
 	jobID := fmt.Sprintf("bench-%s-%d-%s-%d", name, run, pipeline, time.Now().UnixNano())
-	res, err := a.build(ctx, h.master, jobID, h.refs[name], envd)
+	res, err := a.build(ctx, h.master, jobID, ref, envd)
 	if err != nil {
 		return m, sampledBuild{}, fmt.Errorf("bench: %s build of %s: %w", pipeline, name, err)
 	}

@@ -38,7 +38,8 @@ func buildAgent(t *testing.T) string {
 
 // TestSmoke runs the whole harness once on the tiny image: upstream's
 // pipeline with the real tools, the agent binary cold, warm and reusing,
-// the tree comparison of both images, and the report, which it parses back.
+// cold through the link model, the tree comparison of both images, and the
+// report, which it parses back.
 // It needs root (umoci, mkfs.ext4 -d and loop mounts keep ownership) and
 // installs missing Debian packages with apt-get.
 func TestSmoke(t *testing.T) {
@@ -49,7 +50,8 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	agent := buildAgent(t)
 	report, err := Run(ctx, Config{WorkDir: t.TempDir(), Agent: agent, Runs: 1, Images: []string{ImageTiny},
-		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}, ReuseSamples: 2, ScaleLayerBytes: 1 << 20, ManyFiles: 3000})
+		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}, ReuseSamples: 2, ScaleLayerBytes: 1 << 20, ManyFiles: 3000,
+		Links: []int64{1_000_000_000}, LinkImages: []string{ImageTiny}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,12 @@ func TestSmoke(t *testing.T) {
 	if m := report.ManyFiles; len(m) != 1 || m[0].Entries < 3000 || m[0].PeakRSS <= m[0].IdleRSS || m[0].IdleRSS <= 0 {
 		t.Errorf("many files: %+v", m)
 	}
-	for _, section := range []string{"ratios", "floor:", "scale curve", "concurrency:", "many files", "RSS per entry", "tc-warm-now <= tc-cold tiny"} {
+	// The link-model build pulled the image's layers through the proxy.
+	if l := report.Links; len(l) != 1 || l[0].BitsPerSecond != 1_000_000_000 || l[0].Through < l[0].Compressed || l[0].Compressed <= 0 ||
+		l[0].Connections < 1 || l[0].Wall <= 0 || l[0].PeakRSS <= 0 || l[0].SHA256 == "" {
+		t.Errorf("link runs: %+v, want one cold build through the link of at least the image's compressed bytes", l)
+	}
+	for _, section := range []string{"ratios", "floor:", "link model:", "tc-cold over 1000 Mbit/s tiny", "scale curve", "concurrency:", "many files", "RSS per entry", "tc-warm-now <= tc-cold tiny"} {
 		if !strings.Contains(out.String(), section) {
 			t.Errorf("report lacks %q", section)
 		}

@@ -2,11 +2,11 @@
 // pipeline (`make bench`): it generates its images, serves them from a
 // loopback docker-registry, builds each with upstream's tools and with the
 // templatecenter agent (cold, warm right after, warm with the cache idle,
-// reuse), measures the floor the hardware allows, then the agent alone on
-// a scale curve, four images at once and an image of a million files, and
-// prints the tables and the targets. Run it as
-// root on an otherwise idle machine if you can; the load average is
-// recorded with every run.
+// reuse, and cold through a link model at a few bandwidths), measures the
+// floor the hardware allows, then the agent alone on a scale curve, four
+// images at once and an image of a million files, and prints the tables
+// and the targets. Run it as root on an otherwise idle machine if you can;
+// the load average is recorded with every run.
 package main
 
 import (
@@ -45,17 +45,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reuse := fs.Int("reuse-samples", bench.DefaultReuseSamples, "reuse submissions measured per run and image")
 	scaleMiB := fs.Int64("scale-layer-mib", bench.DefaultScaleLayerBytes>>20, "MiB of content per layer of the scale curve (1, 2, 4 and 8 layers) and of the 4 concurrency images; 0 skips both")
 	many := fs.Int("many-files", bench.DefaultManyFiles, "files of the image built once for the memory per entry; 0 skips it")
+	linkList := fs.String("links", bench.DefaultLinks, "bandwidths in Mbit/s, comma-separated, of the link-model rows (cold builds of the "+
+		strings.Join(bench.DefaultLinkImages(), " and ")+" images through a throttling proxy); empty skips them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	links, err := bench.ParseLinks(*linkList)
+	if err != nil {
+		return fmt.Errorf("-links: %w", err)
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	report, err := bench.Run(ctx, bench.Config{WorkDir: *work, Agent: *agent, Runs: *runs,
 		Images: strings.Split(*images, ","), Verify: *verify, HostFS: *hostFS, Log: stderr,
-		ReuseSamples: *reuse, ScaleLayerBytes: *scaleMiB << 20, ManyFiles: *many, Replicas: *replicas})
+		ReuseSamples: *reuse, ScaleLayerBytes: *scaleMiB << 20, ManyFiles: *many, Replicas: *replicas, Links: links})
 	if err != nil {
 		return err
 	}
