@@ -17,6 +17,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/flatten"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/imagetest"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
+	"github.com/cubesandbox/cubetemplatecenter/test/linkproxy"
 )
 
 // heldBlob serves blob d's first half, then holds the rest until the
@@ -137,4 +138,56 @@ func TestBuildLimitMidStream(t *testing.T) {
 	}
 	checkStoreEmpty(t, opts.Store)
 	checkCacheClean(t, opts.Pull.CacheDir, images.LayerDigests(t, img)[0])
+}
+
+// TestBuildThroughDroppedLink builds through a link model that cuts each
+// layer's first download a third of the way: with ranges the downloads go
+// on from the bytes received, without (the proxy strips Range, as a
+// registry serving whole blobs) they start over and skip what is held.
+// Both images hold the same tree.
+func TestBuildThroughDroppedLink(t *testing.T) {
+	layers := []imagetest.Layer{{imagetest.Blob("a", 3<<20, 1)}, {imagetest.Blob("b", 2<<20, 2)}}
+	img := corpusImage(t, layers, images.Uncompressed)
+	reg := images.StartRegistry(t, nil)
+	ref := reg.Push(t, "link/app:v1", img)
+	var first *imagetest.Snapshot
+	for _, ranges := range []bool{true, false} {
+		proxy, err := linkproxy.New(linkproxy.Options{Target: "http://" + reg.Host, BitsPerSecond: 400_000_000,
+			ConnDelay: 5 * time.Millisecond, IgnoreRange: !ranges})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { proxy.Close() })
+		for _, d := range images.LayerDigests(t, img) {
+			proxy.CutAfter("/blobs/"+d.String(), 1<<20, 1)
+		}
+		opts := builderOptions(t, proxy.Addr())
+		b := newBuilder(t, opts)
+		viaProxy := strings.Replace(ref, reg.Host, proxy.Addr(), 1)
+		got := buildOK(t, b, opts.Store, rootfs.Source{Ref: viaProxy}, len(layers), nil, nil)
+		st := proxy.Stats()
+		t.Logf("ranges %v: %+v", ranges, st)
+		if st.Cuts != 2 {
+			t.Errorf("ranges %v: %d cuts, want 2", ranges, st.Cuts)
+		}
+		// The client asks for the rest with Range either way; the proxy
+		// counts it before it strips it.
+		if st.RangeRequests != 2 {
+			t.Errorf("ranges %v: %d Range requests, want 2", ranges, st.RangeRequests)
+		}
+		sent, total := st.BodyBytes, int64(0)
+		for _, l := range images.LayerDigests(t, img) {
+			total += int64(len(images.LayerBlob(t, img, l)))
+		}
+		// With ranges nothing is sent twice but the manifest and config;
+		// without, each layer's first MiB is.
+		if extra := sent - total; ranges && extra > 64<<10 || !ranges && extra < 2<<20 {
+			t.Errorf("ranges %v: %d body bytes for %d of layers", ranges, sent, total)
+		}
+		if first == nil {
+			first = &got.snap
+		} else {
+			checkWant(t, *first, got.snap)
+		}
+	}
 }
