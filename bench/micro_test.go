@@ -34,6 +34,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
+	"github.com/cubesandbox/cubetemplatecenter/test/linkproxy"
 )
 
 // imagesDir, when set, is where BenchmarkBuilder finds (or makes and keeps)
@@ -309,6 +310,31 @@ func BenchmarkBuilder(b *testing.B) {
 					b.StopTimer()
 					bld.Close()
 					os.RemoveAll(filepath.Join(store, fmt.Sprintf("rfs-cold-%d", i)))
+					b.StartTimer()
+				}
+				sum.report(b)
+			})
+			// cold-link: the same through the link model at 400 Mbit/s
+			// and 20 ms per connection; fetch-s/op ends at the last
+			// byte, so finish-s/op is what the build adds after it.
+			b.Run("cold-link400", func(b *testing.B) {
+				b.SetBytes(f.size)
+				proxy, err := linkproxy.New(linkproxy.Options{Target: "http://" + f.host,
+					BitsPerSecond: 400_000_000, ConnDelay: 20 * time.Millisecond})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer proxy.Close()
+				lf := f
+				lf.host, lf.ref = proxy.Addr(), strings.Replace(f.ref, f.host, proxy.Addr(), 1)
+				store := b.TempDir()
+				var sum phases
+				for i := 0; b.Loop(); i++ {
+					bld := lf.newBuilder(b, store, filepath.Join(b.TempDir(), "layers"), true)
+					sum.add(lf.build(b, bld, fmt.Sprintf("rfs-link-%d", i)))
+					b.StopTimer()
+					bld.Close()
+					os.RemoveAll(filepath.Join(store, fmt.Sprintf("rfs-link-%d", i)))
 					b.StartTimer()
 				}
 				sum.report(b)
