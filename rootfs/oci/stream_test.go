@@ -384,3 +384,38 @@ func TestResumesBounded(t *testing.T) {
 		t.Errorf("cache holds blobs %v and temp files %v after the failure", blobs, temps)
 	}
 }
+
+// TestStreamStall follows a layer whose registry stops sending after a few
+// bytes: the stall watchdog ends the download (after its one retry) and
+// the reader waiting for the rest gets the stall instead of hanging.
+func TestStreamStall(t *testing.T) {
+	img := testImage(t, 1, 4096)
+	d := layerDigests(t, img)[0]
+	reg := newTestRegistry(t, blobWrapper([]v1.Hash{d}, func(w http.ResponseWriter, r *http.Request, h http.Handler) {
+		trickle(h, 16, 300*time.Millisecond, 0)(w, r)
+	}))
+	push(t, reg.host+"/app:v1", img)
+	p := newTestPuller(t, Options{StallTimeout: 100 * time.Millisecond})
+	ctx := context.Background()
+	resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := p.Start(ctx, resolved, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	rc, err := ls.Open(0)
+	if err != nil {
+		t.Fatalf("Open(0): %v", err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if !errors.Is(err, ErrIncomplete) || !errors.Is(err, ErrStalled) {
+		t.Fatalf("reading the stalled layer: %d bytes, error %v; want ErrIncomplete and ErrStalled", len(got), err)
+	}
+	if n := reg.blobGets(d); n != 2 {
+		t.Errorf("the stalled layer was requested %d times, want 2 (one retry, from the bytes received)", n)
+	}
+}
