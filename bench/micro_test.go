@@ -222,6 +222,24 @@ func (p *phases) add(q phases) {
 	p.finish += q.finish
 }
 
+// coldBuilds builds the fixture's image with an empty layer cache each
+// time, artifacts named prefix-<i>, and reports the phases.
+func (f builderFixture) coldBuilds(b *testing.B, prefix string) {
+	b.SetBytes(f.size)
+	store := b.TempDir()
+	var sum phases
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		bld := f.newBuilder(b, store, filepath.Join(b.TempDir(), "layers"), true)
+		sum.add(f.build(b, bld, id))
+		b.StopTimer()
+		bld.Close()
+		os.RemoveAll(filepath.Join(store, id))
+		b.StartTimer()
+	}
+	sum.report(b)
+}
+
 func (f builderFixture) newBuilder(b *testing.B, store, cache string, zstd bool) *rootfs.Builder {
 	b.Helper()
 	bld, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(store), CAPath: f.caPath,
@@ -300,25 +318,11 @@ func BenchmarkBuilder(b *testing.B) {
 	for _, imgName := range []string{"debian", "debian-zstd", "large", "large-zstd", "mixed"} {
 		b.Run(imgName, func(b *testing.B) {
 			f := newBuilderFixture(b, fixture(imgName))
-			b.Run("cold", func(b *testing.B) {
-				b.SetBytes(f.size)
-				store := b.TempDir()
-				var sum phases
-				for i := 0; b.Loop(); i++ {
-					bld := f.newBuilder(b, store, filepath.Join(b.TempDir(), "layers"), true)
-					sum.add(f.build(b, bld, fmt.Sprintf("rfs-cold-%d", i)))
-					b.StopTimer()
-					bld.Close()
-					os.RemoveAll(filepath.Join(store, fmt.Sprintf("rfs-cold-%d", i)))
-					b.StartTimer()
-				}
-				sum.report(b)
-			})
+			b.Run("cold", func(b *testing.B) { f.coldBuilds(b, "rfs-cold") })
 			// cold-link: the same through the link model at 400 Mbit/s
 			// and 20 ms per connection; fetch-s/op ends at the last
 			// byte, so finish-s/op is what the build adds after it.
 			b.Run("cold-link400", func(b *testing.B) {
-				b.SetBytes(f.size)
 				proxy, err := linkproxy.New(linkproxy.Options{Target: "http://" + f.host,
 					BitsPerSecond: 400_000_000, ConnDelay: 20 * time.Millisecond})
 				if err != nil {
@@ -327,17 +331,7 @@ func BenchmarkBuilder(b *testing.B) {
 				defer proxy.Close()
 				lf := f
 				lf.host, lf.ref = proxy.Addr(), strings.Replace(f.ref, f.host, proxy.Addr(), 1)
-				store := b.TempDir()
-				var sum phases
-				for i := 0; b.Loop(); i++ {
-					bld := lf.newBuilder(b, store, filepath.Join(b.TempDir(), "layers"), true)
-					sum.add(lf.build(b, bld, fmt.Sprintf("rfs-link-%d", i)))
-					b.StopTimer()
-					bld.Close()
-					os.RemoveAll(filepath.Join(store, fmt.Sprintf("rfs-link-%d", i)))
-					b.StartTimer()
-				}
-				sum.report(b)
+				lf.coldBuilds(b, "rfs-link")
 			})
 			for _, mode := range []struct {
 				name string

@@ -475,6 +475,17 @@ const cancelBound = 5 * time.Second
 
 // waitBuild waits for a build's result, failing the test if it takes
 // longer than cancelBound.
+// startBuild runs b.Build in the background; its result arrives on the
+// channel returned.
+func startBuild(ctx context.Context, b *rootfs.Builder, spec rootfs.Spec, progress rootfs.ProgressFunc) <-chan buildResult {
+	done := make(chan buildResult, 1)
+	go func() {
+		art, err := b.Build(ctx, spec, progress)
+		done <- buildResult{art, err}
+	}()
+	return done
+}
+
 func waitBuild(t *testing.T, ch <-chan buildResult) buildResult {
 	t.Helper()
 	select {
@@ -516,11 +527,7 @@ func TestBuildCancel(t *testing.T) {
 		imgR := resolve(t, b, rootfs.Source{Ref: ref})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		done := make(chan buildResult, 1)
-		go func() {
-			art, err := b.Build(ctx, specOf(imgR, ref, nil, nil), nil)
-			done <- buildResult{art, err}
-		}()
+		done := startBuild(ctx, b, specOf(imgR, ref, nil, nil), nil)
 		select {
 		case <-started:
 		case r := <-done:
@@ -554,11 +561,7 @@ func TestBuildCancel(t *testing.T) {
 				cancel()
 			}
 		}
-		done := make(chan buildResult, 1)
-		go func() {
-			art, err := b.Build(ctx, specOf(img, ref, nil, nil), prog.record)
-			done <- buildResult{art, err}
-		}()
+		done := startBuild(ctx, b, specOf(img, ref, nil, nil), prog.record)
 		r := waitBuild(t, done)
 		if ctx.Err() == nil {
 			t.Fatalf("no layer progress was reported (Build: %v)", r.err)

@@ -77,11 +77,7 @@ func TestBuildCancelMidStream(t *testing.T) {
 	imgR := resolve(t, b, rootfs.Source{Ref: ref})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan buildResult, 1)
-	go func() {
-		art, err := b.Build(ctx, specOf(imgR, ref, nil, nil), nil)
-		done <- buildResult{art, err}
-	}()
+	done := startBuild(ctx, b, specOf(imgR, ref, nil, nil), nil)
 	select {
 	case <-held.sent:
 	case r := <-done:
@@ -116,11 +112,7 @@ func TestBuildLimitMidStream(t *testing.T) {
 	opts.Limits.MaxEntries = 50
 	b := newBuilder(t, opts)
 	imgR := resolve(t, b, rootfs.Source{Ref: ref})
-	done := make(chan buildResult, 1)
-	go func() {
-		art, err := b.Build(context.Background(), specOf(imgR, ref, nil, nil), nil)
-		done <- buildResult{art, err}
-	}()
+	done := startBuild(context.Background(), b, specOf(imgR, ref, nil, nil), nil)
 	var r buildResult
 	select {
 	case r = <-done:

@@ -33,6 +33,22 @@ func followWithin(t *testing.T, r io.Reader) func() ([]byte, error) {
 	}
 }
 
+// createFollowed creates blob hexDigest and a reader following it from
+// the start, as followWithin.
+func createFollowed(t *testing.T, c *Cache, hexDigest string, size int64) (*Partial, func() ([]byte, error)) {
+	t.Helper()
+	p, err := c.Create(hexDigest, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.NewReader(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return p, followWithin(t, r)
+}
+
 func sum(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
@@ -44,16 +60,7 @@ func TestPartialFollow(t *testing.T) {
 	dir := t.TempDir()
 	c := newTestCache(t, Options{Dir: dir})
 	blob := bytes.Repeat([]byte("layer bytes "), 10000)
-	p, err := c.Create(sum(blob), int64(len(blob)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.NewReader(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	wait := followWithin(t, r)
+	p, wait := createFollowed(t, c, sum(blob), int64(len(blob)))
 	for off := 0; off < len(blob); off += 7000 {
 		if _, err := p.Write(blob[off:min(off+7000, len(blob))]); err != nil {
 			t.Fatal(err)
@@ -85,16 +92,7 @@ func TestPartialMismatch(t *testing.T) {
 	dir := t.TempDir()
 	c := newTestCache(t, Options{Dir: dir})
 	blob := bytes.Repeat([]byte("x"), 5000)
-	p, err := c.Create(sum([]byte("something else")), int64(len(blob)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.NewReader(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	wait := followWithin(t, r)
+	p, wait := createFollowed(t, c, sum([]byte("something else")), int64(len(blob)))
 	if _, err := p.Write(blob); err != nil {
 		t.Fatal(err)
 	}

@@ -392,12 +392,7 @@ func TestDigestMismatch(t *testing.T) {
 	push(t, reg.host+"/app:v1", img)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir})
-	ctx := context.Background()
-	resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = p.Fetch(ctx, resolved, nil)
+	err := fetchErr(t, p, reg.host+"/app:v1")
 	if !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("Fetch error = %v, want ErrDigestMismatch", err)
 	}
@@ -423,11 +418,7 @@ func TestMissingBlob(t *testing.T) {
 	}))
 	push(t, reg.host+"/app:v1", img)
 	p := newTestPuller(t, Options{})
-	resolved, err := p.Resolve(context.Background(), Source{Ref: reg.host + "/app:v1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = p.Fetch(context.Background(), resolved, nil)
+	err := fetchErr(t, p, reg.host+"/app:v1")
 	if !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Fetch error = %v, want ErrNotFound", err)
 	}

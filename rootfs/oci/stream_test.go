@@ -55,6 +55,36 @@ func (hh *holdHalf) wrap(next http.Handler) http.Handler {
 	})(next)
 }
 
+// startLayers resolves ref and starts its downloads; the Layers close when
+// the test ends.
+func startLayers(t *testing.T, p *Puller, ref string) (*Image, *Layers) {
+	t.Helper()
+	resolved, err := p.Resolve(context.Background(), Source{Ref: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := p.Start(context.Background(), resolved, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ls.Close() })
+	return resolved, ls
+}
+
+// fetchErr resolves ref and fetches its layers, returning Fetch's error.
+func fetchErr(t *testing.T, p *Puller, ref string) error {
+	t.Helper()
+	resolved, err := p.Resolve(context.Background(), Source{Ref: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := p.Fetch(context.Background(), resolved, nil)
+	if err == nil {
+		ls.Close()
+	}
+	return err
+}
+
 // readWithin reads exactly len(buf) bytes from r, failing the test when
 // they do not come within the liveness bound.
 func readWithin(t *testing.T, r io.Reader, buf []byte, what string) {
@@ -81,16 +111,7 @@ func TestStreamWhileDownloading(t *testing.T) {
 	t.Cleanup(func() { close(hold.release) }) // before the server closes
 	push(t, reg.host+"/app:v1", img)
 	p := newTestPuller(t, Options{})
-	ctx := context.Background()
-	resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := p.Start(ctx, resolved, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Close()
+	resolved, ls := startLayers(t, p, reg.host+"/app:v1")
 	<-hold.sent
 	opened := make(chan io.ReadCloser, 1)
 	go func() {
@@ -151,16 +172,7 @@ func TestStreamDigestMismatch(t *testing.T) {
 	push(t, reg.host+"/app:v1", img)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir})
-	ctx := context.Background()
-	resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := p.Start(ctx, resolved, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Close()
+	_, ls := startLayers(t, p, reg.host+"/app:v1")
 	rc, err := ls.Open(0)
 	if err != nil {
 		t.Fatalf("Open(0): %v", err)
@@ -192,17 +204,7 @@ func TestDownloadOrder(t *testing.T) {
 	push(t, reg.host+"/app:v1", img)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir})
-	ctx := context.Background()
-	resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.reset()
-	ls, err := p.Start(ctx, resolved, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Close()
+	resolved, ls := startLayers(t, p, reg.host+"/app:v1")
 	<-hold.sent
 	deadline := time.Now().Add(liveness)
 	for reg.blobGets(ds[1]) == 0 || reg.blobGets(ds[2]) == 0 {
@@ -302,16 +304,7 @@ func TestResumeDroppedDownload(t *testing.T) {
 			reg := newTestRegistry(t, cut.wrap)
 			push(t, reg.host+"/app:v1", img)
 			p := newTestPuller(t, Options{})
-			ctx := context.Background()
-			resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ls, err := p.Start(ctx, resolved, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ls.Close()
+			_, ls := startLayers(t, p, reg.host+"/app:v1")
 			rc, err := ls.Open(0)
 			if err != nil {
 				t.Fatalf("Open(0): %v", err)
@@ -361,12 +354,7 @@ func TestResumesBounded(t *testing.T) {
 	push(t, reg.host+"/app:v1", img)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir})
-	ctx := context.Background()
-	resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = p.Fetch(ctx, resolved, nil)
+	err := fetchErr(t, p, reg.host+"/app:v1")
 	if err == nil {
 		t.Fatal("Fetch succeeded although every answer is cut")
 	}
@@ -396,16 +384,7 @@ func TestStreamStall(t *testing.T) {
 	}))
 	push(t, reg.host+"/app:v1", img)
 	p := newTestPuller(t, Options{StallTimeout: 100 * time.Millisecond})
-	ctx := context.Background()
-	resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := p.Start(ctx, resolved, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Close()
+	_, ls := startLayers(t, p, reg.host+"/app:v1")
 	rc, err := ls.Open(0)
 	if err != nil {
 		t.Fatalf("Open(0): %v", err)
