@@ -125,6 +125,9 @@ type Report struct {
 	ManyFiles   []ManyFilesRun   `json:"many_files,omitempty"`
 	// Links holds the agent's cold builds through the link model.
 	Links []LinkRun `json:"links,omitempty"`
+	// ReuseLoad holds the reuses submitted as a cold build's BUILT
+	// arrived.
+	ReuseLoad []ReuseLoadSample `json:"reuse_load,omitempty"`
 }
 
 // ConcurrencyRun is one run of distinct images built alone, one after
@@ -549,7 +552,7 @@ func (r *Report) Targets() []Target {
 			Got:  fmt.Sprintf("%.0f B (peak %.1f MiB, idle %.1f MiB)", b, mib(mf.PeakRSS), mib(mf.IdleRSS)),
 			Pass: b <= targetBytesPerFile})
 	}
-	return out
+	return append(out, r.reuseLoadTargets()...)
 }
 
 func joinFloats(v []float64, format string) string {
@@ -667,6 +670,7 @@ func (r *Report) Write(w io.Writer) error {
 	r.writeScale(bw)
 	r.writeConcurrency(bw)
 	r.writeManyFiles(bw)
+	r.writeReuseLoad(bw)
 	r.writeFirstBuild(bw)
 	r.writeSteps(bw)
 	fmt.Fprintln(bw)

@@ -53,6 +53,9 @@ type Config struct {
 	// ReuseSamples is how many reuse submissions each run measures
 	// (DefaultReuseSamples when 0).
 	ReuseSamples int
+	// ReuseLoadSamples is how many reuses under load each image measures
+	// (DefaultReuseLoadSamples when 0, none when negative).
+	ReuseLoadSamples int
 	// ScaleLayerBytes is the content of one layer of the scale curve's
 	// images (ScaleSteps layers each) and of the concurrency images; 0
 	// measures neither.
@@ -212,6 +215,9 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 				return nil, err
 			}
 		}
+	}
+	if err := h.reuseLoad(ctx); err != nil {
+		return nil, err
 	}
 	if err := h.extras(ctx); err != nil {
 		return nil, err

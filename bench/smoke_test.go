@@ -50,7 +50,7 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	agent := buildAgent(t)
 	report, err := Run(ctx, Config{WorkDir: t.TempDir(), Agent: agent, Runs: 1, Images: []string{ImageTiny},
-		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}, ReuseSamples: 2, ScaleLayerBytes: 1 << 20, ManyFiles: 3000,
+		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}, ReuseSamples: 2, ReuseLoadSamples: 2, ScaleLayerBytes: 1 << 20, ManyFiles: 3000,
 		Links: []int64{1_000_000_000}, LinkImages: []string{ImageTiny}})
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +90,15 @@ func TestSmoke(t *testing.T) {
 	}
 	if report.Mismatch || len(report.Verified) != 1 || !strings.HasPrefix(report.Verified[0], "verified tiny:") {
 		t.Errorf("tree comparison: mismatch=%v %q", report.Mismatch, report.Verified)
+	}
+
+	if n := len(report.ReuseLoad); n != 2 {
+		t.Errorf("%d reuse-under-load samples, want 2", n)
+	}
+	for _, s := range report.ReuseLoad {
+		if s.Image != ImageTiny || s.Cold <= 0 || s.Accept <= 0 || s.Reuse < s.Accept {
+			t.Errorf("reuse-under-load sample with empty figures: %+v", s)
+		}
 	}
 
 	// Reuse returns the warm build's artifact; a cold and a warm build of

@@ -245,6 +245,12 @@ func newTestCache(t testing.TB, opts Options) *Cache {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
+	if c.tc != nil {
+		// Transcodes start at once after a build unless a test asks for
+		// the settle time (before any blob is queued, so before the
+		// transcoder reads it).
+		c.tc.settle = 0
+	}
 	return c
 }
 

@@ -187,9 +187,10 @@ func New(opts Options) (*Puller, error) {
 	}
 	p := &Puller{platform: opts.Platform, jobs: opts.Jobs}
 	reg := &registryImages{
-		mirrors:  make(map[string][]mirror),
-		insecure: make(map[string]bool),
-		keychain: opts.Keychain,
+		mirrors:    make(map[string][]mirror),
+		insecure:   make(map[string]bool),
+		keychain:   opts.Keychain,
+		transports: newTransportCache(),
 	}
 	if p.platform.OS == "" {
 		p.platform.OS = "linux"

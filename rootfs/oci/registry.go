@@ -40,6 +40,11 @@ type endpoint struct {
 	auth   authn.Authenticator
 	mirror bool
 
+	// shared keeps the transport for later resolves under key; nil for
+	// an endpoint with the build request's own credentials.
+	shared *transportCache
+	key    string
+
 	mu sync.Mutex
 	rt http.RoundTripper
 }
@@ -50,12 +55,31 @@ func (ep *endpoint) transport(ctx context.Context, base http.RoundTripper) (http
 	if ep.rt != nil {
 		return ep.rt, nil
 	}
+	if ep.shared != nil {
+		if rt := ep.shared.get(ep.key); rt != nil {
+			ep.rt = rt
+			return rt, nil
+		}
+	}
 	rt, err := transport.NewWithContext(ctx, ep.repo.Registry, ep.auth, base, []string{ep.repo.Scope(transport.PullScope)})
 	if err != nil {
 		return nil, err
 	}
 	ep.rt = rt
+	if ep.shared != nil {
+		ep.shared.put(ep.key, rt)
+	}
 	return rt, nil
+}
+
+// forgetTransport stops later resolves from reusing ep's transport, after
+// it failed: the next one pings the registry afresh.
+func (ep *endpoint) forgetTransport() {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.shared != nil && ep.rt != nil {
+		ep.shared.drop(ep.key, ep.rt)
+	}
 }
 
 // registryImages reads images from registries, trying the mirrors of a
@@ -67,6 +91,8 @@ type registryImages struct {
 	keychain authn.Keychain
 	// base carries every request: network policy, stall watchdog, retries.
 	base http.RoundTripper
+	// transports keeps authenticated transports between resolves.
+	transports *transportCache
 }
 
 var _ imageSource = (*registryImages)(nil)
@@ -95,7 +121,7 @@ func (p *registryImages) endpoints(ctx context.Context, pr ParsedRef, src Source
 		if err != nil {
 			return nil, fmt.Errorf("credentials for mirror %s: %w", m.prefix, err)
 		}
-		eps = append(eps, &endpoint{repo: repo, auth: auth, mirror: true})
+		eps = append(eps, p.sharedEndpoint(repo, auth, true))
 	}
 	var opts []name.Option
 	if pr.PlainHTTP || p.insecure[host] {
@@ -105,13 +131,27 @@ func (p *registryImages) endpoints(ctx context.Context, pr ParsedRef, src Source
 	if err != nil {
 		return nil, fmt.Errorf("repository %s: %w", origin.Name(), err)
 	}
-	var auth authn.Authenticator
 	if src.Username != "" || src.Password != "" {
-		auth = &authn.Basic{Username: src.Username, Password: src.Password}
-	} else if auth, err = authn.Resolve(ctx, p.keychain, repo); err != nil {
+		// The request's own credentials: its transport is its own.
+		return append(eps, &endpoint{repo: repo, auth: &authn.Basic{Username: src.Username, Password: src.Password}}), nil
+	}
+	auth, err := authn.Resolve(ctx, p.keychain, repo)
+	if err != nil {
 		return nil, fmt.Errorf("credentials for %s: %w", host, err)
 	}
-	return append(eps, &endpoint{repo: repo, auth: auth}), nil
+	return append(eps, p.sharedEndpoint(repo, auth, false)), nil
+}
+
+// sharedEndpoint is an endpoint with the node's credentials (keychain or
+// anonymous), whose transport later resolves of repo reuse.
+func (p *registryImages) sharedEndpoint(repo name.Repository, auth authn.Authenticator, mirror bool) *endpoint {
+	ep := &endpoint{repo: repo, auth: auth, mirror: mirror}
+	if p.transports != nil {
+		// The scheme is part of the key: the same name may be configured
+		// insecure later.
+		ep.shared, ep.key = p.transports, repo.Registry.Scheme()+"://"+repo.Name()
+	}
+	return ep
 }
 
 // resolve tries each endpoint in turn; the first that serves the manifest
@@ -134,6 +174,7 @@ func (p *registryImages) resolve(ctx context.Context, pr ParsedRef, src Source) 
 			img.secrets = secrets(src)
 			return img, nil
 		}
+		ep.forgetTransport()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("resolve %s: %w", pr.Reference, ctx.Err())
 		}

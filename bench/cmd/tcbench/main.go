@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	replicas := fs.Bool("replicas", true, "add the two-replica rows (two agents on one MariaDB database and fs blob store)")
 	hostFS := fs.Bool("hostfs", false, "build in the work directory's filesystem instead of a fresh journaled ext4 loop-mounted at WORK/builds")
 	reuse := fs.Int("reuse-samples", bench.DefaultReuseSamples, "reuse submissions measured per run and image")
+	reuseLoad := fs.Int("reuse-load-samples", bench.DefaultReuseLoadSamples, "reuses submitted as a cold build's BUILT arrives, per image; negative skips them")
 	scaleMiB := fs.Int64("scale-layer-mib", bench.DefaultScaleLayerBytes>>20, "MiB of content per layer of the scale curve (1, 2, 4 and 8 layers) and of the 4 concurrency images; 0 skips both")
 	many := fs.Int("many-files", bench.DefaultManyFiles, "files of the image built once for the memory per entry; 0 skips it")
 	linkList := fs.String("links", bench.DefaultLinks, "bandwidths in Mbit/s, comma-separated, of the link-model rows (cold builds of the "+
@@ -61,7 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	report, err := bench.Run(ctx, bench.Config{WorkDir: *work, Agent: *agent, Runs: *runs,
 		Images: strings.Split(*images, ","), Verify: *verify, HostFS: *hostFS, Log: stderr,
-		ReuseSamples: *reuse, ScaleLayerBytes: *scaleMiB << 20, ManyFiles: *many, Replicas: *replicas, Links: links})
+		ReuseSamples: *reuse, ReuseLoadSamples: *reuseLoad, ScaleLayerBytes: *scaleMiB << 20, ManyFiles: *many, Replicas: *replicas,
+		Links: links})
 	if err != nil {
 		return err
 	}
