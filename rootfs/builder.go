@@ -125,6 +125,8 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 	}
 	b.returned.begin()
 	defer b.returned.end()
+	// Asked before the downloads start, which fill the cache.
+	cached := b.puller.Cached(img.resolved)
 	// Downloads run while the layers are applied: each layer is applied
 	// as its bytes arrive, bottom first (oci.Layers.Open).
 	layers, err := b.puller.Start(ctx, img.resolved, func(p oci.Progress) {
@@ -149,7 +151,7 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 			b.opts.Store.Discard(f, spec.ArtifactID)
 		}
 	}()
-	art, err := b.write(ctx, f, spec, layers, progress)
+	art, err := b.write(ctx, f, spec, layers, cached, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -165,16 +167,17 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 	return art, nil
 }
 
-// write produces the image in f: layers, injections, metadata, hash. On
-// an error no write to f is in flight when it returns, so the caller's
-// Discard gives the space back at once.
-func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.Layers, progress ProgressFunc) (art *Artifact, err error) {
+// write produces the image in f: layers, injections, metadata, hash;
+// cached tells that no layer had to be downloaded. On an error no write
+// to f is in flight when it returns, so the caller's Discard gives the
+// space back at once.
+func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.Layers, cached bool, progress ProgressFunc) (art *Artifact, err error) {
 	img := spec.Image
 	stamp := img.Created
 	if stamp.IsZero() {
 		stamp = time.Unix(0, 0)
 	}
-	direct := b.opts.DirectIO && directData(img.CompressedSize)
+	direct := b.opts.DirectIO && directData(img.CompressedSize) && cached
 	w, err := ext4.NewWriter(f, ext4.Options{
 		BufferedData: !direct,
 		UUID:         derive("uuid", spec.Fingerprint), HashSeed: derive("hash-seed", spec.Fingerprint),
@@ -283,6 +286,12 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 		return nil, fmt.Errorf("sync image: %w", syncErr)
 	case h.err != nil:
 		return nil, h.err
+	}
+	if !direct && directData(img.CompressedSize) {
+		// A large image written through the page cache while its layers
+		// downloaded: synced and hashed, its pages are dropped, as direct
+		// I/O would have left them, for the memory the node's sandboxes use.
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 	}
 	art.SHA256, art.Size = h.sum, stats.Size
 	return art, nil
@@ -425,11 +434,15 @@ func FileSHA256(ctx context.Context, path string) (string, error) {
 
 // directMinCompressed is the compressed image size from which the
 // Builder writes the image's data with direct I/O (ext4.Options
-// .BufferedData off) and hashes it with direct reads. Large images build
-// faster that way, because the page cache they would grow into costs more
-// than the device; small ones slower, because their writes fit in cache
-// already freed. The crossover was measured (docs/performance.md,
-// decision 8); 128 MiB compressed is about 400 MiB of image.
+// .BufferedData off) and hashes it with direct reads, when its layers are
+// all in the cache. Large images build faster that way, because the page
+// cache they would grow into costs more than the device; small ones
+// slower, because their writes fit in cache already freed. The crossover
+// was measured (docs/performance.md, decision 8); 128 MiB compressed is
+// about 400 MiB of image. A build that downloads writes as the layers
+// arrive: the page cache's costs hide in the download's time, its
+// writeback is done by the end, and the hash after the last byte reads
+// memory instead of the device (docs/performance.md, link decisions).
 const directMinCompressed = 128 << 20
 
 // directData reports whether an image of compressed bytes is written and
@@ -438,21 +451,57 @@ func directData(compressed int64) bool { return compressed >= directMinCompresse
 
 // hashImage hashes the image at path: with direct reads when its data
 // was written directly (falling back to the page cache where they are
-// refused), else through the page cache that holds it.
+// refused), else through the page cache that holds it. Either way the
+// reads run ahead of the hash on other threads: after the last layer, the
+// hash is most of what a build still has to do.
 func hashImage(ctx context.Context, path string, direct bool, pool *layercodec.ChunkPool) (string, error) {
 	if direct {
 		if sum, ok, err := directSHA256(ctx, path, pool); ok {
 			return sum, err
 		}
 	}
-	return FileSHA256(ctx, path)
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	defer f.Close()
+	sum, _, err := sha256At(ctx, f, cachedReadsInFlight, pool)
+	if err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return sum, nil
 }
 
-// directSHA256 hashes path read with direct I/O, 4 MiB ahead of the hash
-// (layercodec's read-ahead, in the pool's page-aligned buffers): data
-// written past the page cache would otherwise be fetched through small
-// read-ahead requests and fill the cache for nothing. ok is false when
-// the file system refuses direct reads.
+// Reads in flight while an image is hashed: direct reads need several to
+// keep the device busy (one at a time left it idle between requests, and
+// the hash waiting on it), page cache reads one ahead of the hash.
+const (
+	directReadsInFlight = 4
+	cachedReadsInFlight = 2
+)
+
+// sha256At hashes f from its first byte to its size, reading ahead of the
+// hash; consumed is what was hashed before an error.
+func sha256At(ctx context.Context, f *os.File, inFlight int, pool *layercodec.ChunkPool) (sum string, consumed int64, err error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return "", 0, err
+	}
+	h := sha256.New()
+	consumed, err = layercodec.ReadAtInOrder(ctx, f, fi.Size(), inFlight, pool, func(b []byte) error {
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", consumed, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), consumed, nil
+}
+
+// directSHA256 hashes path read with direct I/O, into the pool's
+// page-aligned buffers: data written past the page cache would otherwise
+// be fetched through small read-ahead requests and fill the cache for
+// nothing. ok is false when the file system refuses direct reads.
 func directSHA256(ctx context.Context, path string, pool *layercodec.ChunkPool) (sum string, ok bool, err error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -460,14 +509,12 @@ func directSHA256(ctx context.Context, path string, pool *layercodec.ChunkPool) 
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	ahead := layercodec.ReadAheadSize(fsutil.ContextReader(ctx, f), hashBufSize, pool)
-	defer ahead.Close()
-	h := sha256.New()
-	switch n, err := io.Copy(h, ahead); {
-	case n == 0 && errors.Is(err, unix.EINVAL):
+	switch sum, consumed, err := sha256At(ctx, f, directReadsInFlight, pool); {
+	case consumed == 0 && errors.Is(err, unix.EINVAL):
 		return "", false, nil
 	case err != nil:
 		return "", true, fmt.Errorf("hash %s: %w", path, err)
+	default:
+		return sum, true, nil
 	}
-	return hex.EncodeToString(h.Sum(nil)), true, nil
 }

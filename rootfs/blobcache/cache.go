@@ -349,6 +349,14 @@ func (c *Cache) Stats() Stats {
 	return st
 }
 
+// Has reports whether blob hexDigest is on disk, in either form, whether
+// or not it was verified yet.
+func (c *Cache) Has(hexDigest string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[hexDigest] != nil
+}
+
 // Quota returns the size the cache is evicted down to.
 func (c *Cache) Quota() int64 { return c.quota }
 

@@ -304,6 +304,17 @@ type CacheStats struct {
 	Hits, Misses int64
 }
 
+// Cached reports whether every layer of img is in the layer cache, so
+// that fetching it downloads nothing (unless a blob turns out corrupt).
+func (p *Puller) Cached(img *Image) bool {
+	for _, l := range img.Layers {
+		if !p.cache.Has(l.Digest.Hex) {
+			return false
+		}
+	}
+	return true
+}
+
 // CacheStats returns the state of the layer cache and its transcoder.
 func (p *Puller) CacheStats() CacheStats {
 	st := p.cache.Stats()

@@ -398,3 +398,25 @@ func TestStreamStall(t *testing.T) {
 		t.Errorf("the stalled layer was requested %d times, want 2 (one retry, from the bytes received)", n)
 	}
 }
+
+// TestCached tells an image whose layers would download from one the
+// cache holds.
+func TestCached(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	img := testImage(t, 2, 4096)
+	push(t, reg.host+"/app:v1", img)
+	p := newTestPuller(t, Options{})
+	resolved, err := p.Resolve(context.Background(), Source{Ref: reg.host + "/app:v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Cached(resolved) {
+		t.Fatal("Cached before any fetch")
+	}
+	if err := fetchErr(t, p, reg.host+"/app:v1"); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Cached(resolved) {
+		t.Fatal("not Cached after the fetch")
+	}
+}
