@@ -70,7 +70,7 @@ func NewBuilder(opts Options) (*Builder, error) {
 		return nil, err
 	}
 	return &Builder{opts: opts, puller: p, chunks: new(layercodec.ChunkPool),
-		returned: &memoryReturn{release: debug.FreeOSMemory}}, nil
+		returned: &memoryReturn{idle: memoryReturnIdle, release: debug.FreeOSMemory}}, nil
 }
 
 // Close stops the layer cache's background work and releases it.

@@ -3,6 +3,7 @@ package rootfs
 import (
 	"runtime/debug"
 	"sync"
+	"time"
 )
 
 // Pacing of the Go collector for builds of large trees.
@@ -121,32 +122,47 @@ func (p *MemoryPacer) apply() {
 }
 
 // memoryReturn gives the heap's free pages back to the operating system
-// when the last build in flight ends. The runtime keeps what a build's
+// once no build has run for a while. The runtime keeps what a build's
 // garbage freed until its background scavenger returns it over the next
 // minutes, so the next build (a rebuild submitted at once, or a job that
 // waited) started with the last one's high-water mark resident and grew
 // from there; an idle agent should not hold what its largest build used.
+// But memory given back is touched again by the next build, and on a VM
+// that reports free pages to its hypervisor that costs: released at the
+// end of every build, it added 80 ms to the next one's ext4 metadata
+// (docs/performance.md). So the release waits for idle to pass with no
+// build in flight.
 type memoryReturn struct {
 	mu      sync.Mutex
 	builds  int
+	idle    time.Duration
+	pending *time.Timer
 	release func() // debug.FreeOSMemory, run on a goroutine of its own
 }
 
-// begin counts a build in flight.
+// memoryReturnIdle is how long the agent goes without a build before it
+// gives the memory builds used back.
+const memoryReturnIdle = 10 * time.Second
+
+// begin counts a build in flight, calling off a release not yet started.
 func (r *memoryReturn) begin() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.builds++
+	if r.pending != nil {
+		r.pending.Stop()
+		r.pending = nil
+	}
 }
 
-// end uncounts a build and, if it was the last, starts the release
-// without waiting for it (a full collection: milliseconds of CPU for the
-// heap of a build, off the build's path).
+// end uncounts a build and, if it was the last, schedules the release
+// after the idle time (a full collection: milliseconds of CPU for the
+// heap of a build, off any build's path).
 func (r *memoryReturn) end() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.builds--
 	if r.builds == 0 {
-		go r.release()
+		r.pending = time.AfterFunc(r.idle, r.release)
 	}
 }

@@ -70,7 +70,8 @@ func TestMemoryPacerNoLimit(t *testing.T) {
 }
 
 // TestMemoryReturn checks that memory goes back once the last of
-// overlapping builds ends, and after each of builds one after another.
+// overlapping builds ends, after each of builds one after another, and
+// not when a build starts within the idle time.
 func TestMemoryReturn(t *testing.T) {
 	released := make(chan struct{}, 4)
 	r := &memoryReturn{release: func() { released <- struct{}{} }}
@@ -98,6 +99,14 @@ func TestMemoryReturn(t *testing.T) {
 	r.begin()
 	r.end()
 	pending("a third build ended", 1)
+	r.idle = 300 * time.Millisecond
+	r.begin()
+	r.end()
+	r.begin() // within the idle time
+	time.Sleep(2 * r.idle)
+	pending("a build started within the idle time", 0)
+	r.end()
+	pending("idle after the last build", 1)
 }
 
 // TestNilMemoryPacer checks that a Builder without a pacer (Options.Pacer
