@@ -486,6 +486,26 @@ func startBuild(ctx context.Context, b *rootfs.Builder, spec rootfs.Spec, progre
 	return done
 }
 
+// cancelOnce cancels the build behind done once started closes, and
+// checks that it returns the context's error in time, leaving nothing in
+// the store and no bad blob in the layer cache.
+func cancelOnce(t *testing.T, started <-chan struct{}, cancel context.CancelFunc, done <-chan buildResult, opts rootfs.Options, bad v1.Hash) {
+	t.Helper()
+	select {
+	case <-started:
+	case r := <-done:
+		t.Fatalf("Build returned before the held download: %v", r.err)
+	}
+	cancel()
+	r := waitBuild(t, done)
+	t.Logf("Build: %v", r.err)
+	if !errors.Is(r.err, context.Canceled) {
+		t.Errorf("Build error = %v, want context.Canceled", r.err)
+	}
+	checkStoreEmpty(t, opts.Store)
+	checkCacheClean(t, opts.Pull.CacheDir, bad)
+}
+
 func waitBuild(t *testing.T, ch <-chan buildResult) buildResult {
 	t.Helper()
 	select {
@@ -528,19 +548,7 @@ func TestBuildCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		done := startBuild(ctx, b, specOf(imgR, ref, nil, nil), nil)
-		select {
-		case <-started:
-		case r := <-done:
-			t.Fatalf("Build returned before the hanging download: %v", r.err)
-		}
-		cancel()
-		r := waitBuild(t, done)
-		t.Logf("Build: %v", r.err)
-		if !errors.Is(r.err, context.Canceled) {
-			t.Errorf("Build error = %v, want context.Canceled", r.err)
-		}
-		checkStoreEmpty(t, opts.Store)
-		checkCacheClean(t, opts.Pull.CacheDir, hang)
+		cancelOnce(t, started, cancel, done, opts, hang)
 	})
 	t.Run("DuringWrite", func(t *testing.T) {
 		reg := images.StartRegistry(t, nil)

@@ -78,19 +78,7 @@ func TestBuildCancelMidStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := startBuild(ctx, b, specOf(imgR, ref, nil, nil), nil)
-	select {
-	case <-held.sent:
-	case r := <-done:
-		t.Fatalf("Build returned before the held download: %v", r.err)
-	}
-	cancel()
-	r := waitBuild(t, done)
-	t.Logf("Build: %v", r.err)
-	if !errors.Is(r.err, context.Canceled) {
-		t.Errorf("Build error = %v, want context.Canceled", r.err)
-	}
-	checkStoreEmpty(t, opts.Store)
-	checkCacheClean(t, opts.Pull.CacheDir, images.LayerDigests(t, img)[0])
+	cancelOnce(t, held.sent, cancel, done, opts, images.LayerDigests(t, img)[0])
 }
 
 // TestBuildLimitMidStream applies a layer with too many entries while its

@@ -71,6 +71,17 @@ func startLayers(t *testing.T, p *Puller, ref string) (*Image, *Layers) {
 	return resolved, ls
 }
 
+// readLayer opens layer i and reads it to its end.
+func readLayer(t *testing.T, ls *Layers, i int) ([]byte, error) {
+	t.Helper()
+	rc, err := ls.Open(i)
+	if err != nil {
+		t.Fatalf("Open(%d): %v", i, err)
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
 // fetchErr resolves ref and fetches its layers, returning Fetch's error.
 func fetchErr(t *testing.T, p *Puller, ref string) error {
 	t.Helper()
@@ -173,12 +184,7 @@ func TestStreamDigestMismatch(t *testing.T) {
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir})
 	_, ls := startLayers(t, p, reg.host+"/app:v1")
-	rc, err := ls.Open(0)
-	if err != nil {
-		t.Fatalf("Open(0): %v", err)
-	}
-	got, err := io.ReadAll(rc)
-	rc.Close()
+	got, err := readLayer(t, ls, 0)
 	if !errors.Is(err, ErrIncomplete) || !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("reading the layer: %d bytes, error %v; want ErrIncomplete and ErrDigestMismatch", len(got), err)
 	}
@@ -305,12 +311,7 @@ func TestResumeDroppedDownload(t *testing.T) {
 			push(t, reg.host+"/app:v1", img)
 			p := newTestPuller(t, Options{})
 			_, ls := startLayers(t, p, reg.host+"/app:v1")
-			rc, err := ls.Open(0)
-			if err != nil {
-				t.Fatalf("Open(0): %v", err)
-			}
-			got, err := io.ReadAll(rc)
-			rc.Close()
+			got, err := readLayer(t, ls, 0)
 			if err != nil || !bytes.Equal(got, want[0]) {
 				t.Fatalf("streamed layer: %d bytes (want %d), equal %v, error %v", len(got), len(want[0]), bytes.Equal(got, want[0]), err)
 			}
