@@ -177,7 +177,8 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	if stamp.IsZero() {
 		stamp = time.Unix(0, 0)
 	}
-	direct := b.opts.DirectIO && directData(img.CompressedSize) && cached
+	large := directData(img.CompressedSize)
+	direct := b.opts.DirectIO && large && cached
 	w, err := ext4.NewWriter(f, ext4.Options{
 		BufferedData: !direct,
 		UUID:         derive("uuid", spec.Fingerprint), HashSeed: derive("hash-seed", spec.Fingerprint),
@@ -287,7 +288,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	case h.err != nil:
 		return nil, h.err
 	}
-	if !direct && directData(img.CompressedSize) {
+	if large && !direct {
 		// A large image written through the page cache while its layers
 		// downloaded: synced and hashed, its pages are dropped, as direct
 		// I/O would have left them, for the memory the node's sandboxes use.
@@ -445,8 +446,8 @@ func FileSHA256(ctx context.Context, path string) (string, error) {
 // memory instead of the device (docs/performance.md, link decisions).
 const directMinCompressed = 128 << 20
 
-// directData reports whether an image of compressed bytes is written and
-// hashed with direct I/O.
+// directData reports whether an image of compressed bytes is large enough
+// to be written and hashed with direct I/O (when its layers are cached).
 func directData(compressed int64) bool { return compressed >= directMinCompressed }
 
 // hashImage hashes the image at path: with direct reads when its data

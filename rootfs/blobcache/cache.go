@@ -548,23 +548,6 @@ func (c *Cache) removeLocked(hexDigest string, e *cacheEntry) error {
 	return nil
 }
 
-// Put streams r into the cache as blob hexDigest through a Partial:
-// into a temp file beside the final name, checking size and sha256, then a
-// rename. progress, if not nil, gets the number of bytes written so far. On
-// any error the temp file is removed. It is meant for the download function
-// of Acquire, which then pins the blob.
-func (c *Cache) Put(ctx context.Context, hexDigest string, size int64, r io.Reader, progress func(written int64)) error {
-	p, err := c.Create(hexDigest, size)
-	if err != nil {
-		return err
-	}
-	if err := c.Fill(ctx, p, r, progress); err != nil {
-		p.Abort(err)
-		return err
-	}
-	return p.Commit()
-}
-
 // Fill copies r into p until r ends, stopping when ctx ends; progress, if
 // not nil, gets p.Written() after each write. It neither commits nor aborts p.
 func (c *Cache) Fill(ctx context.Context, p *Partial, r io.Reader, progress func(written int64)) error {

@@ -6,7 +6,7 @@
 // Blobs are keyed by the hex of their sha256 as served. Acquire pins a blob,
 // verifying a file found on disk once per process or obtaining a missing or
 // corrupt one through the caller's download function, which writes it as a
-// Partial (Create, Fill, Commit; or Put in one call): readers can follow a
+// Partial (Create, Fill, Commit): readers can follow a
 // Partial while it is written, and it enters the cache only once its size
 // and sha256 are right. Concurrent Acquires of one blob share that work. Open reads a pinned
 // blob, Release unpins it. The files are the truth: <Dir>/blobs/sha256/<hex>

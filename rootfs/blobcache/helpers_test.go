@@ -176,7 +176,7 @@ func fetchImage(t testing.TB, c *Cache, o *origin, img testImage) *pins {
 			if err != nil {
 				return err
 			}
-			return c.Put(ctx, l.hex, int64(len(l.blob)), r, nil)
+			return put(ctx, c, l.hex, int64(len(l.blob)), r)
 		})
 		if err != nil {
 			p.Close()
@@ -282,4 +282,18 @@ func exists(t testing.TB, p string) bool {
 		t.Fatalf("stat %s: %v", p, err)
 	}
 	return err == nil
+}
+
+// put writes r into c as blob hexDigest, the way a download function of
+// Acquire does: Create, Fill, Commit, or Abort on a failed read.
+func put(ctx context.Context, c *Cache, hexDigest string, size int64, r io.Reader) error {
+	p, err := c.Create(hexDigest, size)
+	if err != nil {
+		return err
+	}
+	if err := c.Fill(ctx, p, r, nil); err != nil {
+		p.Abort(err)
+		return err
+	}
+	return p.Commit()
 }

@@ -57,7 +57,7 @@ func TestStatsCountHitsAndMisses(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return c2.Put(ctx, l.hex, int64(len(l.blob)), r, nil)
+				return put(ctx, c2, l.hex, int64(len(l.blob)), r)
 			})
 			if err != nil {
 				t.Errorf("Acquire: %v", err)

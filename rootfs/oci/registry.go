@@ -256,7 +256,7 @@ func (p *registryImages) fetchConfig(ctx context.Context, ep *endpoint, rawManif
 	if m.Config.Data != nil {
 		return m.Config.Data, nil
 	}
-	rc, err := p.openBlob(withBodyCap(ctx, c.what, c.limit), ep, m.Config.Digest, false)
+	rc, err := p.openDocumentBlob(withBodyCap(ctx, c.what, c.limit), ep, m.Config.Digest)
 	if err != nil {
 		return nil, err
 	}
@@ -295,11 +295,11 @@ func (s *registrySource) openers(d v1.Hash) []blobOpener {
 	return out
 }
 
-// openBlob GETs a blob; the caller verifies what it reads. A layer is a
-// stream, bound by the minimum transfer rate alone; any other blob is a
-// document with a whole-request deadline (see guardTransport).
-func (p *registryImages) openBlob(ctx context.Context, ep *endpoint, d v1.Hash, layer bool) (io.ReadCloser, error) {
-	resp, err := p.getBlob(ctx, ep, d, layer, "")
+// openDocumentBlob GETs a blob that is a document (an image config),
+// bound by a whole-request deadline (see guardTransport); the caller
+// verifies what it reads. Layers go through openLayer.
+func (p *registryImages) openDocumentBlob(ctx context.Context, ep *endpoint, d v1.Hash) (io.ReadCloser, error) {
+	resp, err := p.getBlob(ctx, ep, d, false, "")
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +349,9 @@ func (p *registryImages) openLayer(ctx context.Context, ep *endpoint, d v1.Hash,
 	return resp.Body, offset, nil
 }
 
-// getBlob sends the GET of blob d, with a Range header when rng is set.
+// getBlob sends the GET of blob d, with a Range header when rng is set. A
+// layer is a stream, bound by the minimum transfer rate alone; any other
+// blob is a document.
 func (p *registryImages) getBlob(ctx context.Context, ep *endpoint, d v1.Hash, layer bool, rng string) (*http.Response, error) {
 	rt, err := ep.transport(ctx, p.base)
 	if err != nil {
