@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
 // cancelJob asks the agent to cancel job id, with the test token.
@@ -63,25 +63,6 @@ func (h *harness) waitOutboxEmpty() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// storeTemps lists the temporary images left anywhere in the store.
-func (h *harness) storeTemps() []string {
-	h.t.Helper()
-	var temps []string
-	err := filepath.WalkDir(h.cfg.Store.Dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if strings.Contains(d.Name(), ".ext4.tmp-") {
-			temps = append(temps, path)
-		}
-		return nil
-	})
-	if err != nil {
-		h.t.Fatalf("scan store: %v", err)
-	}
-	return temps
 }
 
 // checkCancelled requires job id to have ended with exactly one terminal
@@ -210,7 +191,7 @@ func TestCancelRunningJob(t *testing.T) {
 	if _, err := os.Stat(temp); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("temporary image of the cancelled build: %v, want it removed", err)
 	}
-	if left := h.storeTemps(); len(left) > 0 {
+	if left := images.StoreTemps(h.t, h.cfg.Store.Dir); len(left) > 0 {
 		t.Errorf("store holds temporary images after the cancel: %v", left)
 	}
 	if j := h.waitJob("running", spool.StateFailed); j.Attempts != 1 {
@@ -379,7 +360,7 @@ func TestBuildTimeout(t *testing.T) {
 	}
 	h.waitIdle()
 	h.waitOutboxEmpty()
-	if left := h.storeTemps(); len(left) > 0 {
+	if left := images.StoreTemps(h.t, h.cfg.Store.Dir); len(left) > 0 {
 		t.Errorf("store holds temporary images after the timeouts: %v", left)
 	}
 	for _, id := range []string{"slow-a", "slow-b"} {

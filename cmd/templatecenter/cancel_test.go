@@ -4,33 +4,12 @@ package main
 // whose real builder is held in the middle of a build.
 
 import (
-	"io/fs"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
-
-// storeTemps lists the temporary images under dir.
-func storeTemps(t testing.TB, dir string) []string {
-	t.Helper()
-	var temps []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if strings.Contains(d.Name(), ".ext4.tmp-") {
-			temps = append(temps, path)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("scan %s: %v", dir, err)
-	}
-	return temps
-}
 
 // TestJobsCancel: `templatecenter jobs cancel ID` asks the running agent,
 // with the shared token of the agent's own environment, to cancel a build
@@ -67,7 +46,7 @@ func TestJobsCancel(t *testing.T) {
 	p := h.startAgent("agent")
 	const id = "cancel-me"
 	submit(t, h.baseURL(), testToken, id, held)
-	waitFor(t, "a temporary image in the store", func() bool { return len(storeTemps(t, store)) > 0 })
+	waitFor(t, "a temporary image in the store", func() bool { return len(images.StoreTemps(t, store)) > 0 })
 
 	res := runCLI(t, h.environ(), "jobs", "cancel", id)
 	if res.code != 0 || res.stdout != "job "+id+" cancelled\n" {
@@ -81,7 +60,7 @@ func TestJobsCancel(t *testing.T) {
 		v, err := scrapeMetric(h.baseURL(), "cube_templatecenter_jobs_running")
 		return err == nil && v == 0
 	})
-	if left := storeTemps(t, store); len(left) > 0 {
+	if left := images.StoreTemps(t, store); len(left) > 0 {
 		t.Errorf("the store keeps temporary images of the cancelled build: %v", left)
 	}
 

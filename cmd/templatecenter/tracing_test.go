@@ -83,7 +83,7 @@ func TestTraceSurvivesRestart(t *testing.T) {
 	first := h.startAgent("agent (killed mid-build)", env...)
 	const id = "traced-1"
 	submitTraced(t, h.baseURL(), id, image, "00-"+tracedTraceID+"-"+tracedSpanID+"-01")
-	waitFor(t, "a temporary image in the store", func() bool { return len(storeTemps(t, store)) > 0 })
+	waitFor(t, "a temporary image in the store", func() bool { return len(images.StoreTemps(t, store)) > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if _, err := recv.WaitFor(ctx, func(s []otlpreceiver.Span) bool {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -404,7 +403,7 @@ func TestAgentInContainer(t *testing.T) {
 	}
 
 	c.submit(t, "held", heldRef)
-	waitFor(t, "the held build to write its temporary image", func() bool { return len(storeTemps(t, c.store)) > 0 })
+	waitFor(t, "the held build to write its temporary image", func() bool { return len(images.StoreTemps(t, c.store)) > 0 })
 	start := time.Now()
 	c.kill(t, "TERM")
 	if code := c.waitExit(t, shutdownTimeout+exitSlack); code != 0 {
@@ -488,25 +487,6 @@ func TestDatabaseDownInContainer(t *testing.T) {
 	if code := c.waitExit(t, shutdownTimeout+exitSlack); code != 0 {
 		t.Errorf("after SIGTERM the agent exited with code %d, want 0", code)
 	}
-}
-
-// storeTemps lists the temporary images under dir.
-func storeTemps(t *testing.T, dir string) []string {
-	t.Helper()
-	var temps []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if strings.Contains(d.Name(), ".ext4.tmp-") {
-			temps = append(temps, path)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("scan %s: %v", dir, err)
-	}
-	return temps
 }
 
 // waitFor polls cond until it holds, failing after waitLimit.
