@@ -115,6 +115,21 @@ func (rs *replicaSet) submit(h *harness, id, ref string) {
 }
 
 // objectNames lists the blob store's files.
+// contend submits job-a (alpine:3) to a and holds its build at publish,
+// then the same spec as job-b to b, and returns once b waits for a's
+// build lock; closing the channel returned lets a publish.
+func (rs *replicaSet) contend(a, b *harness) chan struct{} {
+	rs.t.Helper()
+	entered, release := a.pauseAtPublish()
+	rs.submit(a, "job-a", "alpine:3")
+	<-entered
+	rs.submit(b, "job-b", "alpine:3")
+	waitFor(rs.t, "replica B to wait for the lock", func() bool {
+		return b.metric("replica_lock_waits_total") == 1
+	})
+	return release
+}
+
 func (rs *replicaSet) objectNames() []string {
 	rs.t.Helper()
 	entries, err := os.ReadDir(rs.root)
@@ -169,14 +184,7 @@ func TestReplicasShareOneBuild(t *testing.T) {
 			t.Run(dl.name+"/"+map[bool]string{true: "registered", false: "unregistered"}[register], func(t *testing.T) {
 				rs := newReplicaSet(t, dl)
 				a, b := rs.replica(register, nil), rs.replica(register, nil)
-				entered, release := a.pauseAtPublish()
-				rs.submit(a, "job-a", "alpine:3")
-				<-entered
-				rs.submit(b, "job-b", "alpine:3")
-				waitFor(t, "replica B to wait for the lock", func() bool {
-					return b.metric("replica_lock_waits_total") == 1
-				})
-				close(release)
+				close(rs.contend(a, b))
 				ca, cb := a.terminal("job-a"), b.terminal("job-b")
 				if ca.Field("status") != "BUILT" || cb.Field("status") != "BUILT" {
 					t.Fatalf("terminal reports: A %v, B %v", ca.Body, cb.Body)

@@ -267,14 +267,7 @@ func TestLockWaitSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	rs.tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	a, b := rs.replica(true, nil), rs.replica(true, nil)
-	entered, release := a.pauseAtPublish()
-	rs.submit(a, "job-a", "alpine:3")
-	<-entered
-	rs.submit(b, "job-b", "alpine:3")
-	waitFor(t, "replica B to wait for the lock", func() bool {
-		return b.metric("replica_lock_waits_total") == 1
-	})
-	close(release)
+	close(rs.contend(a, b))
 	if cb := b.terminal("job-b"); cb.Field("status") != "BUILT" {
 		t.Fatalf("B ended %v", cb.Body)
 	}
