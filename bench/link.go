@@ -155,23 +155,19 @@ func (h *harness) linkBuild(ctx context.Context, name string, run int, bps int64
 	return nil
 }
 
-// LinkRow summarizes the link runs of one image and bandwidth.
+// LinkRow summarizes the link runs of one image and bandwidth: the Row of
+// its cold builds (pipeline tc-cold-link), and the link's figures.
 type LinkRow struct {
-	Image         string
+	Row
 	BitsPerSecond int64
-	Runs          int
 	// CompressedMiB is the image's layer blobs; Floor the link floor and
 	// Loopback the median loopback cold build (0 if not measured), in
 	// seconds.
 	CompressedMiB float64
 	Floor         float64
 	Loopback      float64
-	// Wall times in seconds: median, minimum and maximum; CPU the median.
-	WallMedian, WallMin, WallMax, CPUMedian float64
-	// PeakRSSMiB is the largest peak; WrittenMiB, WrittenPerSize and
-	// ThroughMiB medians.
-	PeakRSSMiB, WrittenMiB, WrittenPerSize, ThroughMiB float64
-	Load1                                              float64
+	// ThroughMiB is the median of the bytes the link carried.
+	ThroughMiB float64
 }
 
 // Bound is what the target compares the cold build with: the link floor,
@@ -212,11 +208,8 @@ func (r *Report) LinkRows(rows []Row) []LinkRow {
 			ms[i] = l.Measurement
 			through = append(through, mib(l.Through))
 		}
-		s := summarize(k.img, PipelineLinkCold, ms)
-		lr := LinkRow{Image: k.img, BitsPerSecond: k.bps, Runs: s.Runs, CompressedMiB: mib(ls[0].Compressed),
-			Floor: ls[0].Floor().Seconds(), WallMedian: s.WallMedian, WallMin: s.WallMin, WallMax: s.WallMax,
-			CPUMedian: s.CPUMedian, PeakRSSMiB: s.PeakRSSMiB, WrittenMiB: s.WrittenMiB, WrittenPerSize: s.WrittenPerSize,
-			ThroughMiB: median(through), Load1: s.Load1}
+		lr := LinkRow{Row: summarize(k.img, PipelineLinkCold, ms), BitsPerSecond: k.bps,
+			CompressedMiB: mib(ls[0].Compressed), Floor: ls[0].Floor().Seconds(), ThroughMiB: median(through)}
 		for _, row := range rows {
 			if row.Image == k.img && row.Pipeline == PipelineCold {
 				lr.Loopback = row.WallMedian
