@@ -79,12 +79,10 @@ var _ blobStore = (*blobcache.Cache)(nil)
 type Layers struct {
 	store  blobStore
 	layers []Layer
-	// ready has a channel per distinct blob, closed when its download ended
-	// (ok tells whether it succeeded); done closes when every download ended.
-	ready map[string]chan struct{}
-	// streams has the blob being written per distinct blob this Layers
-	// downloads itself; readers of it wait under readers, which Close ends.
-	streams       map[string]*blobStream
+	// blobs has the state of each distinct blob's download; done closes
+	// when every download ended. Readers of a blob being written wait
+	// under readers, which Close ends.
+	blobs         map[string]*blobState
 	readers       context.Context
 	cancelReaders context.CancelFunc
 	done          chan struct{}
@@ -115,13 +113,14 @@ func (l *Layers) Open(i int) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("open layer: index %d out of range [0,%d)", i, len(l.layers))
 	}
 	hex := l.layers[i].Digest.Hex
+	b := l.blobs[hex]
 	select {
-	case <-l.ready[hex]:
-	case <-l.streams[hex].started:
+	case <-b.ready:
+	case <-b.started:
 		select {
-		case <-l.ready[hex]: // ended meanwhile: read the cache's copy
+		case <-b.ready: // ended meanwhile: read the cache's copy
 		default:
-			rc, err := l.streams[hex].partial.NewReader(l.readers)
+			rc, err := b.partial.NewReader(l.readers)
 			if err != nil {
 				return nil, fmt.Errorf("open layer %d: %w", i, err)
 			}
@@ -217,12 +216,11 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 	tr := newTracker(img)
 	ctx, cancel := context.WithCancel(ctx)
 	readers, cancelReaders := context.WithCancel(context.WithoutCancel(ctx))
-	l := &Layers{store: p.cache, layers: img.Layers, ready: make(map[string]chan struct{}, len(jobs)),
-		streams: make(map[string]*blobStream, len(jobs)), readers: readers, cancelReaders: cancelReaders,
+	l := &Layers{store: p.cache, layers: img.Layers, blobs: make(map[string]*blobState, len(jobs)),
+		readers: readers, cancelReaders: cancelReaders,
 		done: make(chan struct{}), cancel: cancel, ok: make(map[string]bool, len(jobs))}
 	for k, j := range jobs {
-		l.ready[j.layer.Digest.Hex] = make(chan struct{})
-		l.streams[j.layer.Digest.Hex] = &blobStream{started: make(chan struct{})}
+		l.blobs[j.layer.Digest.Hex] = &blobState{ready: make(chan struct{}), started: make(chan struct{})}
 		j.turn = k
 	}
 	order := newTurns(len(jobs))
@@ -237,13 +235,13 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 				hex := j.layer.Digest.Hex
 				if ctx.Err() != nil {
 					order.end(j.turn)
-					close(l.ready[hex])
+					close(l.blobs[hex].ready)
 					continue
 				}
 				lt := tr.layer(j.layer.Size, j.uses)
 				lctx, endSpan := layerSpan(ctx, j.index, j.layer)
 				d := &downloader{store: l.store, src: img.src, index: j.index, layer: j.layer, tracker: lt,
-					stream: l.streams[hex], turn: func(ctx context.Context) error { return order.wait(ctx, j.turn) }}
+					blob: l.blobs[hex], turn: func(ctx context.Context) error { return order.wait(ctx, j.turn) }}
 				fromCache, err := l.store.Acquire(lctx, hex, j.layer.Size, img.src.key(), d.download)
 				order.end(j.turn)
 				endSpan(fromCache, err)
@@ -259,7 +257,7 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 					lt.complete()
 				}
 				l.mu.Unlock()
-				close(l.ready[hex])
+				close(l.blobs[hex].ready)
 			}
 		}()
 	}
@@ -310,9 +308,12 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 	return l, nil
 }
 
-// blobStream is a blob a Layers downloads itself, once the download has
-// started writing it: started closes when partial is set.
-type blobStream struct {
+// blobState is one distinct blob of a Layers: ready closes when its
+// download (or cache lookup) ended, ok in Layers telling whether it
+// succeeded; started closes when this Layers' own download began writing
+// it, as partial.
+type blobState struct {
+	ready   chan struct{}
 	started chan struct{}
 	partial *blobcache.Partial
 }
@@ -355,7 +356,7 @@ type downloader struct {
 	index   int // of the layer's first use, for messages
 	layer   Layer
 	tracker *layerTracker
-	stream  *blobStream
+	blob    *blobState
 	// turn waits until this blob may read its body.
 	turn func(context.Context) error
 }
@@ -373,8 +374,8 @@ func (d *downloader) download(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fetch layer %s: %w", d.layer.Digest, err)
 	}
-	d.stream.partial = p
-	close(d.stream.started)
+	d.blob.partial = p
+	close(d.blob.started)
 	if err := d.fill(ctx, p); err != nil {
 		p.Abort(err)
 		return err
