@@ -30,7 +30,11 @@ type holdHalf struct {
 	sent    chan struct{}
 	release chan struct{}
 	once    sync.Once
+	freed   sync.Once
 }
+
+// free lets the held rest go; later calls do nothing.
+func (hh *holdHalf) free() { hh.freed.Do(func() { close(hh.release) }) }
 
 func newHoldHalf(d v1.Hash) *holdHalf {
 	return &holdHalf{d: d, sent: make(chan struct{}), release: make(chan struct{})}
@@ -119,7 +123,7 @@ func TestStreamWhileDownloading(t *testing.T) {
 	want := compressedLayers(t, img)
 	hold := newHoldHalf(layerDigests(t, img)[0])
 	reg := newTestRegistry(t, hold.wrap)
-	t.Cleanup(func() { close(hold.release) }) // before the server closes
+	t.Cleanup(hold.free) // before the server closes
 	push(t, reg.host+"/app:v1", img)
 	p := newTestPuller(t, Options{})
 	resolved, ls := startLayers(t, p, reg.host+"/app:v1")
@@ -147,8 +151,7 @@ func TestStreamWhileDownloading(t *testing.T) {
 	if !bytes.Equal(half, want[0][:len(half)]) {
 		t.Fatal("the first half read differs from the pushed blob")
 	}
-	close(hold.release)
-	hold.release = make(chan struct{}) // for the cleanup
+	hold.free()
 	rest, err := io.ReadAll(rc)
 	if err != nil {
 		t.Fatalf("read the rest: %v", err)
@@ -206,7 +209,7 @@ func TestDownloadOrder(t *testing.T) {
 	ds := layerDigests(t, img)
 	hold := newHoldHalf(ds[0])
 	reg := newTestRegistry(t, hold.wrap)
-	t.Cleanup(func() { close(hold.release) })
+	t.Cleanup(hold.free)
 	push(t, reg.host+"/app:v1", img)
 	dir := t.TempDir()
 	p := newTestPuller(t, Options{CacheDir: dir})
@@ -232,8 +235,7 @@ func TestDownloadOrder(t *testing.T) {
 			t.Errorf("temp blob %s has %d bytes while the bottom layer still downloads", tmp, fi.Size())
 		}
 	}
-	close(hold.release)
-	hold.release = make(chan struct{})
+	hold.free()
 	if err := ls.Wait(); err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
