@@ -28,7 +28,8 @@ FUZZ_TARGETS := \
 	./rootfs/inspect:FuzzOpen \
 	./rootfs/layercodec:FuzzGzipInflaters \
 	./rootfs/startcheck:FuzzParseELF \
-	./rootfs/startcheck:FuzzParseShebang
+	./rootfs/startcheck:FuzzParseShebang \
+	./rootfs/safetext:FuzzClip
 
 .PHONY: fuzz
 

@@ -64,6 +64,8 @@ var rules = []rule{
 	// The start check reads a tree through its own FS interface, so the
 	// builder and the inspect command can both feed it.
 	{"rootfs/startcheck", nil},
+	// The text bounds (see leaves).
+	{"rootfs/safetext", nil},
 	// Test fixtures of rootfs may use the project's test images.
 	{"rootfs/internal/...", []string{"rootfs/...", "test/..."}},
 	// imagetest knows no ext4, so that rootfs/ext4's own tests can use it.
@@ -76,6 +78,15 @@ var rules = []rule{
 	{"test/linkproxy", nil},
 	{"test/...", []string{"test/..."}},
 }
+
+// leaves are packages every package of the module may import: they import
+// nothing of the module and no third-party module, so they add no edge to
+// the architecture. The text bounds must be reachable wherever untrusted
+// text leaves TC, the wire contract included.
+var leaves = []string{"rootfs/safetext"}
+
+// isLeaf reports whether pkg is one of leaves.
+func isLeaf(pkg string) bool { return slices.Contains(leaves, pkg) }
 
 // never lists what may not appear anywhere among a package's transitive
 // project imports, whatever the direct rules say.
@@ -122,7 +133,13 @@ func violations(graph map[string][]string) []string {
 			bad = append(bad, pkg+": no rule places this package in the architecture")
 			continue
 		}
+		if isLeaf(pkg) && len(imports) > 0 {
+			bad = append(bad, pkg+" is a leaf every package may import, yet imports "+strings.Join(imports, ", "))
+		}
 		for _, imp := range imports {
+			if isLeaf(imp) {
+				continue
+			}
 			if !slices.ContainsFunc(r.allow, func(p string) bool { return match(p, imp) }) {
 				bad = append(bad, pkg+" imports "+imp)
 			}
@@ -134,7 +151,7 @@ func violations(graph map[string][]string) []string {
 				continue
 			}
 			for _, dep := range closure(graph, pkg) {
-				if slices.ContainsFunc(forbidden, func(p string) bool { return match(p, dep) }) {
+				if !isLeaf(dep) && slices.ContainsFunc(forbidden, func(p string) bool { return match(p, dep) }) {
 					bad = append(bad, pkg+" depends on "+dep+" (never allowed below "+root+")")
 				}
 			}
@@ -167,7 +184,7 @@ func closure(graph map[string][]string, pkg string) []string {
 
 // stdlibOnly lists the packages that may import nothing but the standard
 // library: the wire contract must not change because a dependency did.
-var stdlibOnly = []string{"agent/api"}
+var stdlibOnly = append([]string{"agent/api"}, leaves...)
 
 // testOnlyModules are import path prefixes no package's non-test files may
 // import: the Kubernetes API types check the Helm chart's manifests
@@ -274,6 +291,7 @@ func TestRulesCatch(t *testing.T) {
 		{"CacheKnowsSources", map[string][]string{"rootfs/blobcache": {"rootfs/oci"}, "rootfs/oci": nil}, "rootfs/blobcache imports rootfs/oci"},
 		{"AgentImportsCmd", map[string][]string{"agent": {"cmd/templatecenter"}, "cmd/templatecenter": nil}, "agent imports cmd/templatecenter"},
 		{"Transitive", map[string][]string{"agent/api": {"agent/config"}, "agent/config": {"spool"}, "spool": nil}, "agent/api depends on spool (never allowed below agent/api)"},
+		{"LeafImports", map[string][]string{"rootfs/safetext": {"rootfs/ext4"}, "rootfs/ext4": nil}, "rootfs/safetext is a leaf every package may import, yet imports rootfs/ext4"},
 		{"UnknownPackage", map[string][]string{"newpkg": nil}, "newpkg: no rule places this package in the architecture"},
 	}
 	for _, c := range cases {
@@ -284,7 +302,7 @@ func TestRulesCatch(t *testing.T) {
 			}
 		})
 	}
-	if got := violations(map[string][]string{"cmd/templatecenter": {"agent", "rootfs"}, "agent": {"spool", "rootfs", "agent/api"}, "agent/api": nil, "spool": nil, "rootfs": {"rootfs/ext4"}, "rootfs/ext4": nil}); len(got) != 0 {
+	if got := violations(map[string][]string{"cmd/templatecenter": {"agent", "rootfs"}, "agent": {"spool", "rootfs", "agent/api"}, "agent/api": {"rootfs/safetext"}, "rootfs/safetext": nil, "spool": nil, "rootfs": {"rootfs/ext4"}, "rootfs/ext4": nil}); len(got) != 0 {
 		t.Errorf("violations of the allowed graph: %q", got)
 	}
 }

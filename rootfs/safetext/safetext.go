@@ -1,0 +1,106 @@
+package safetext
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits on text that leaves TC. CubeMaster stores error_message in a MySQL
+// TEXT column (64 KiB at most, and a failed insert loses the report), so a
+// message stays well below that.
+const (
+	// NameMax bounds one name quoted in a message: a file, a command, a
+	// registry error code.
+	NameMax = 256
+	// MessageMax bounds a message: a report's error_message, a log line's
+	// error, a span's status.
+	MessageMax = 4096
+	// ListMax is how many items a list in a message names before "and N
+	// more".
+	ListMax = 8
+)
+
+// ellipsis marks a cut.
+const ellipsis = "…"
+
+// Quote quotes s as strconv.Quote does, keeping at most max bytes of s and
+// marking a cut with an ellipsis after the closing quote: the quoted text
+// is always a prefix of the real one.
+func Quote(s string, max int) string {
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(cut(s, max)) + ellipsis
+}
+
+// Name quotes a name derived from untrusted input, at most NameMax bytes
+// of it.
+func Name(s string) string { return Quote(s, NameMax) }
+
+// Clip returns s as valid UTF-8 of at most max bytes; a cut ends with
+// "… (N bytes more)" inside the limit.
+func Clip(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	// The note's length depends on the count; reserve for the longest.
+	note := func(n int) string { return fmt.Sprintf("%s (%d bytes more)", ellipsis, n) }
+	keep := max - len(note(len(s)))
+	if keep < 0 {
+		return cut(s, max)
+	}
+	kept := cut(s, keep)
+	return kept + note(len(s)-len(kept))
+}
+
+// Line is Clip applied to the first line of s: for text shown on one line
+// (a table cell, a status line), the rest marked with an ellipsis.
+func Line(s string, max int) string {
+	first, _, more := strings.Cut(s, "\n")
+	if more {
+		if len(first) > max-len(ellipsis) {
+			return Clip(first, max)
+		}
+		return strings.ToValidUTF8(first, "\uFFFD") + ellipsis
+	}
+	return Clip(first, max)
+}
+
+// List joins at most ListMax items with sep and says how many more there
+// were: "a; b; … and 12 more".
+func List(items []string, sep string) string {
+	if len(items) <= ListMax {
+		return strings.Join(items, sep)
+	}
+	return strings.Join(items[:ListMax], sep) + sep + fmt.Sprintf("and %d more", len(items)-ListMax)
+}
+
+// Strings bounds a list of strings for a structured field: at most n
+// items, each Clipped to max bytes, the last replaced by a count of what
+// was left out.
+func Strings(items []string, n, max int) []string {
+	out := make([]string, 0, min(len(items), n))
+	for i, s := range items {
+		if i == n-1 && len(items) > n {
+			out = append(out, fmt.Sprintf("and %d more", len(items)-i))
+			break
+		}
+		out = append(out, Clip(s, max))
+	}
+	return out
+}
+
+// cut returns the longest prefix of s of at most max bytes that ends on a
+// rune boundary.
+func cut(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
+	}
+	return s[:max]
+}
