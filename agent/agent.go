@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/health"
 	"github.com/cubesandbox/cubetemplatecenter/agent/jobs"
 	"github.com/cubesandbox/cubetemplatecenter/agent/report"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
@@ -65,10 +67,11 @@ type Agent struct {
 	reloadMu  sync.Mutex
 	// purgeEvery is how often finished jobs past retention are forgotten.
 	purgeEvery time.Duration
-	// beats are the loops' last rounds, for /livez; checker keeps the
-	// readiness checks' last round, for /readyz.
+	// beats are the loops' last rounds, for /livez; started is when they
+	// started. health keeps the readiness checks' last round.
 	beats   heartbeats
-	checker checker
+	started atomic.Pointer[time.Time]
+	health  *health.Checker
 	// boundOverride replaces loops' liveness bounds (tests).
 	boundOverride map[string]time.Duration
 }
@@ -151,6 +154,8 @@ func New(o Options) *Agent {
 	a.http = newHTTPObserver(o.Logger)
 	a.metrics.register(append(a.http.metrics.collectors(), newBuildInfo(o.BuildInfo))...)
 	a.metrics.register(newSpaceCollector(a.config, o.Logger))
+	a.health = health.New(a.readinessChecks, checkTimeout)
+	a.metrics.scoped().MustRegister(a.health.Collectors()...)
 	if c, ok := o.Builder.(layerCache); ok {
 		a.metrics.register(newLayerCacheCollector(c))
 	}
@@ -234,6 +239,8 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
 	}
+	// The first answer of /health already rests on a round of checks.
+	a.health.Round(ctx)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -378,6 +385,9 @@ func (a *Agent) statusLoop(ctx context.Context) {
 			// Jobs of one fingerprint share a build: builds <= running.
 			_, builds := a.exec.Busy()
 			s := fmt.Sprintf("STATUS=%d queued, %d running, %d builds, %d reports pending", q, r, builds, o)
+			if round := a.health.Last(); round != nil && !round.Ready() {
+				s += "; not ready: " + strings.Join(round.FailedNames(), ", ")
+			}
 			if s != last {
 				a.notify(s)
 				last = s

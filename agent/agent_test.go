@@ -678,19 +678,9 @@ func TestHealthReportsFailingCheck(t *testing.T) {
 	if err := os.RemoveAll(h.cfg.Store.Dir); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(h.url + "/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var body struct {
-		Status string            `json:"status"`
-		Checks map[string]bool   `json:"checks"`
-		Errors map[string]string `json:"errors"`
-	}
-	json.NewDecoder(resp.Body).Decode(&body)
-	resp.Body.Close()
-	if resp.StatusCode != 503 || body.Status != "not_ready" || body.Checks["store"] || !body.Checks["spool"] || body.Errors["store"] == "" {
-		t.Errorf("health with missing store = %d %+v", resp.StatusCode, body)
+	code, body := h.waitHealth("the store missing", func(code int, _ healthBody) bool { return code != http.StatusOK })
+	if code != 503 || body.Status != "not_ready" || body.Checks["store"] || !body.Checks["spool"] || body.Errors["store"] == "" {
+		t.Errorf("health with missing store = %d %+v", code, body)
 	}
 	os.MkdirAll(h.cfg.Store.Dir, 0o755)
 }

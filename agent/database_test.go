@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -163,7 +162,7 @@ func TestSubmitCheckedAgainstJobRow(t *testing.T) {
 			if cb := h.terminal("job-ok"); cb.Field("status") != "BUILT" {
 				t.Errorf("job-ok ended %v, want BUILT", cb.Body)
 			}
-			if code, body := health(t, h); code != http.StatusOK || body["checks"].(map[string]any)["database"] != true {
+			if code, body := h.health(false); code != http.StatusOK || !body.Checks["database"] {
 				t.Errorf("health = %d %v, want 200 with database true", code, body)
 			}
 
@@ -177,7 +176,7 @@ func TestSubmitCheckedAgainstJobRow(t *testing.T) {
 			if _, err := h.sp.Job(context.Background(), "job-later"); !errors.Is(err, spool.ErrNotFound) {
 				t.Errorf("job submitted during the outage is in the spool: %v", err)
 			}
-			if code, body := health(t, h); code != http.StatusServiceUnavailable || body["checks"].(map[string]any)["database"] != false {
+			if code, body := h.waitHealth("the database down", func(code int, _ healthBody) bool { return code != http.StatusOK }); code != http.StatusServiceUnavailable || body.Checks["database"] {
 				t.Errorf("health with the database down = %d %v, want 503 with database false", code, body)
 			}
 			restart()
@@ -195,25 +194,9 @@ func TestSubmitWithoutDatabase(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start()
 	h.submit("job-nodb", "alpine:3")
-	if code, body := health(t, h); code != http.StatusOK {
+	if code, body := h.health(false); code != http.StatusOK {
 		t.Errorf("health = %d %v", code, body)
-	} else if _, ok := body["checks"].(map[string]any)["database"]; ok {
+	} else if _, ok := body.Checks["database"]; ok {
 		t.Errorf("health has a database check without a database: %v", body)
 	}
-}
-
-// health fetches /health and decodes its body.
-func health(t *testing.T, h *harness) (int, map[string]any) {
-	t.Helper()
-	resp, err := http.Get(h.url + "/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("health body %q: %v", raw, err)
-	}
-	return resp.StatusCode, out
 }

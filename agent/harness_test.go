@@ -292,6 +292,54 @@ func (h *harness) waitHealthy() {
 	h.t.Fatalf("agent at %s never answered 200 on %s", h.url, path)
 }
 
+// healthBody is what /health answers; the errors, warnings, space and
+// credentials source only to a caller with the token.
+type healthBody struct {
+	Status      string               `json:"status"`
+	Checks      map[string]bool      `json:"checks"`
+	Errors      map[string]string    `json:"errors"`
+	Warnings    map[string]string    `json:"warnings"`
+	Space       map[string]spaceView `json:"space"`
+	Credentials string               `json:"blobstore_credentials"`
+}
+
+// health fetches /health, with the token when verbose.
+func (h *harness) health(verbose bool) (int, healthBody) {
+	h.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, h.url+"/health", nil)
+	if verbose {
+		req.Header.Set(api.TokenHeader, testToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body healthBody
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		h.t.Fatalf("decode /health: %v", err)
+	}
+	return resp.StatusCode, body
+}
+
+// waitHealth polls /health with the token until cond holds on its answer:
+// /health serves the checker's last round, which follows a change within
+// a round or two.
+func (h *harness) waitHealth(what string, cond func(int, healthBody) bool) (int, healthBody) {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := h.health(true)
+		if cond(code, body) {
+			return code, body
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("/health: %s never showed; last answer %d %+v", what, code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // stop stops the agent gracefully and closes its spool.
 func (h *harness) stop() {
 	if h.cancel == nil {

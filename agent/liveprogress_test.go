@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +46,7 @@ func TestLiveProgressInRedis(t *testing.T) {
 	if ttl, err := rdb.TTL(ctx, key).Result(); err != nil || ttl < 50*time.Minute {
 		t.Errorf("progress TTL = %v, %v; want about an hour", ttl, err)
 	}
-	if code, body := health(t, h); code != http.StatusOK || body["checks"].(map[string]any)["redis"] != true {
+	if code, body := h.health(false); code != http.StatusOK || !body.Checks["redis"] {
 		t.Errorf("health = %d %v, want redis true", code, body)
 	}
 	close(release)
@@ -59,8 +61,61 @@ func TestLiveProgressInRedis(t *testing.T) {
 	if cb := h.terminal("job-down"); cb.Field("status") != "BUILT" {
 		t.Fatalf("build with Redis down: %v", cb.Body)
 	}
-	code, body := health(t, h)
-	if code != http.StatusOK || body["checks"].(map[string]any)["redis"] != false || body["warnings"].(map[string]any)["redis"] == nil {
+	code, body := h.waitHealth("Redis down", func(_ int, b healthBody) bool { return !b.Checks["redis"] })
+	if code != http.StatusOK || body.Checks["redis"] || body.Warnings["redis"] == "" {
 		t.Errorf("health with Redis down = %d %v, want 200 with a redis warning", code, body)
+	}
+}
+
+// TestHealthRunsNoCheckPerRequest: /health, /readyz and the status line
+// read the checker's last round: a burst of requests sends Redis no more
+// PINGs than the rounds that ran meanwhile.
+func TestHealthRunsNoCheckPerRequest(t *testing.T) {
+	srv := dbs.Redis(t)
+	ctx := context.Background()
+	h := newHarness(t, nil)
+	pub, err := liveprogress.New(liveprogress.Options{Nodes: []string{srv.Addr}, Password: srv.Password},
+		slog.New(slog.NewTextHandler(h.logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close(ctx) })
+	h.live = pub
+	h.start()
+	rdb := srv.Client()
+	defer rdb.Close()
+	pings := func() int {
+		t.Helper()
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// cmdstat_ping:calls=N,usec=...
+		_, rest, ok := strings.Cut(info, "cmdstat_ping:calls=")
+		if !ok {
+			return 0
+		}
+		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		return n
+	}
+	before, start := pings(), time.Now()
+	const requests = 60
+	for i := range requests {
+		path := []string{"/health", "/readyz"}[i%2]
+		resp, err := http.Get(h.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s = %d", path, resp.StatusCode)
+		}
+	}
+	h.health(true) // the verbose answer reads the same round
+	// One PING a round, a round every checkEvery (and one that may be
+	// under way when the burst starts).
+	rounds := int(time.Since(start)/checkEvery) + 2
+	if got := pings() - before; got > rounds {
+		t.Errorf("%d requests sent Redis %d PINGs, want at most the %d rounds that ran", requests+1, got, rounds)
 	}
 }

@@ -115,6 +115,7 @@ func fullMetrics(t *testing.T) *metrics {
 	a := New(Options{Config: cfg, Spool: sp, Builder: &testBuilder{}, Logger: slog.New(slog.DiscardHandler),
 		Objects: objects, Database: db, LiveProgress: live, TracerProvider: tp})
 	m := a.metrics
+	a.health.Round(ctx)
 	m.observeCallback("delivered", true)
 	a.http.metrics.requests.WithLabelValues("POST /tc/api/v1/build", "POST", "200")
 	a.http.metrics.duration.WithLabelValues("POST /tc/api/v1/build")

@@ -7,9 +7,10 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/health"
 	"golang.org/x/sys/unix"
 )
 
@@ -105,77 +106,16 @@ func (a *Agent) loopBounds() map[string]time.Duration {
 	return b
 }
 
-// probeResult is one round of readiness checks.
-type probeResult struct {
-	at       time.Time
-	checks   map[string]bool
-	problems map[string]string
-}
-
-// guardedCheck runs one check at a time: a round whose check is still
-// running from an earlier round (a driver that ignores its deadline) waits
-// on that attempt instead of piling up another.
-type guardedCheck struct {
-	mu       sync.Mutex
-	inflight *attempt
-}
-
-// attempt is one run of a check; err is set before done closes.
-type attempt struct {
-	since time.Time
-	done  chan struct{}
-	err   error
-}
-
-// run runs check in its own goroutine, unless an attempt is still running,
-// and waits up to timeout for the attempt to end.
-func (g *guardedCheck) run(ctx context.Context, timeout time.Duration, check func(context.Context) error) error {
-	g.mu.Lock()
-	at := g.inflight
-	if at == nil {
-		at = &attempt{since: time.Now(), done: make(chan struct{})}
-		g.inflight = at
-		go func() {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			at.err = check(cctx)
-			cancel()
-			g.mu.Lock()
-			g.inflight = nil
-			g.mu.Unlock()
-			close(at.done)
-		}()
-	}
-	g.mu.Unlock()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-at.done:
-		return at.err
-	case <-t.C:
-		return fmt.Errorf("no answer after %s", time.Since(at.since).Round(100*time.Millisecond))
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// checker keeps the last round of readiness checks for /readyz.
-type checker struct {
-	guards  sync.Map // check name → *guardedCheck
-	result  atomic.Pointer[probeResult]
-	started atomic.Pointer[time.Time]
-}
-
-func (c *checker) guard(name string) *guardedCheck {
-	g, _ := c.guards.LoadOrStore(name, &guardedCheck{})
-	return g.(*guardedCheck)
-}
-
-// readinessChecks are the checks behind /readyz, by name.
-func (a *Agent) readinessChecks() map[string]func(context.Context) error {
+// readinessChecks are the checks of a round: the one list behind /health,
+// /readyz, the status line and health_check_success.
+func (a *Agent) readinessChecks() []health.Check {
 	cfg := a.config()
-	checks := map[string]func(context.Context) error{
-		"spool": a.spool.Ping,
-		"spool_writes": func(context.Context) error {
+	checks := []health.Check{
+		{Name: "spool", Run: a.spool.Ping},
+		{Name: "spool_writes", Run: func(context.Context) error {
+			// A spool that answers may still refuse commits (read-only
+			// filesystem, I/O errors, full below any reserve): every
+			// submit would get 503.
 			if err := a.recentRefusal(); err != nil {
 				return err
 			}
@@ -184,73 +124,51 @@ func (a *Agent) readinessChecks() map[string]func(context.Context) error {
 				return fmt.Errorf("spool directory %s is not writable: %w", dir, err)
 			}
 			return nil
-		},
-		"store": func(context.Context) error { return storeWritable(cfg.Store.Dir) },
+		}},
+		{Name: "store", Run: func(context.Context) error { return storeWritable(cfg.Store.Dir) }},
 	}
 	for _, v := range volumes(cfg) {
-		checks[v.name+"_space"] = func(context.Context) error {
+		// Below its reserve every build (store, work_dir) or every
+		// submit (spool) would fail.
+		checks = append(checks, health.Check{Name: v.name + "_space", Run: func(context.Context) error {
 			sp, err := v.space()
 			if err != nil {
 				return err
 			}
 			return v.belowReserve(sp)
-		}
+		}})
 	}
-	// An S3 bucket that fails falls back to local artifacts: not a reason
-	// to take the replica out of service. A local artifact root is.
-	if a.objects != nil && !a.objects.Abilities().LocalFallback {
-		checks["blobstore"] = a.objects.Check
+	if a.objects != nil {
+		// An S3 bucket that fails falls back to local artifacts: a
+		// warning, not a reason to take the replica out of service. A
+		// local artifact root is.
+		sev := health.Fail
+		if a.objects.Abilities().LocalFallback {
+			sev = health.Degrade
+		}
+		checks = append(checks, health.Check{Name: "blobstore", Severity: sev, Run: a.objects.Check})
 	}
 	if a.db != nil {
 		// Every submit reads CubeMaster's database.
-		checks["database"] = a.db.Ping
+		checks = append(checks, health.Check{Name: "database", Run: a.db.Ping})
+	}
+	if a.live != nil {
+		// Live progress is best effort (the callbacks carry the same
+		// numbers): a warning, never not ready.
+		checks = append(checks, health.Check{Name: "redis", Severity: health.Degrade, Run: a.live.Ping})
 	}
 	return checks
 }
 
-// checkRound runs every readiness check at once and keeps the result.
-func (a *Agent) checkRound(ctx context.Context) {
-	checks := a.readinessChecks()
-	r := &probeResult{checks: map[string]bool{}, problems: map[string]string{}}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for name, check := range checks {
-		wg.Go(func() {
-			err := a.checker.guard(name).run(ctx, checkTimeout, check)
-			mu.Lock()
-			defer mu.Unlock()
-			r.checks[name] = err == nil
-			if err != nil {
-				r.problems[name] = err.Error()
-			}
-		})
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return
-	}
-	r.at = time.Now()
-	a.checker.result.Store(r)
-}
-
 // checkLoop refreshes the readiness checks every checkEvery until ctx ends.
 func (a *Agent) checkLoop(ctx context.Context) {
-	for {
-		a.beats.beat(loopChecker, time.Now())
-		a.checkRound(ctx)
-		a.beats.beat(loopChecker, time.Now())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(checkEvery):
-		}
-	}
+	a.health.Run(ctx, checkEvery, func() { a.beats.beat(loopChecker, time.Now()) })
 }
 
 // startBeats marks the watched loops as started now.
 func (a *Agent) startBeats() {
 	now := time.Now()
-	a.checker.started.Store(&now)
+	a.started.Store(&now)
 	a.beats.reset([]string{loopDispatcher, loopReporter, loopStatus, loopChecker}, now)
 }
 
@@ -264,7 +182,7 @@ func (a *Agent) handleLivez(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	start := now
-	if s := a.checker.started.Load(); s != nil {
+	if s := a.started.Load(); s != nil {
 		start = *s
 	}
 	last, bounds := a.beats.snapshot(), a.loopBounds()
@@ -285,32 +203,70 @@ func (a *Agent) handleLivez(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// handleReadyz answers the last round of readiness checks: 200 when all
-// passed, 503 with the reasons otherwise, when the agent stops, or when
-// the last round is too old.
-func (a *Agent) handleReadyz(w http.ResponseWriter, _ *http.Request) {
-	r := a.checker.result.Load()
-	problems := map[string]string{}
-	body := map[string]any{}
+// handleReadyz answers the last round of readiness checks: 200 when no
+// check that makes the node not ready failed, 503 otherwise, when the
+// agent stops, or when the last round is too old. The reasons (paths,
+// raw errors) go only to a caller with the token.
+func (a *Agent) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	verbose, ok := a.verbose(w, r)
+	if !ok {
+		return
+	}
+	code, body := a.readiness(verbose)
+	writeJSON(w, code, body)
+}
+
+// readiness is the answer to /readyz and /health: the status and each
+// check of the last round, and with verbose the errors and warnings.
+func (a *Agent) readiness(verbose bool) (code int, body map[string]any) {
+	r := a.health.Last()
+	problems, warnings := map[string]string{}, map[string]string{}
+	body = map[string]any{}
 	switch {
 	case r == nil:
 		problems["checks"] = "readiness checks have not completed yet"
 	default:
-		maps.Copy(problems, r.problems)
-		body["checks"] = r.checks
-		body["checked_at"] = r.at.UTC().Format(time.RFC3339Nano)
-		if age := time.Since(r.at); age > resultStale {
+		maps.Copy(problems, r.Failed)
+		maps.Copy(warnings, r.Degraded)
+		body["checks"] = r.Passed
+		body["checked_at"] = r.At.UTC().Format(time.RFC3339Nano)
+		if age := time.Since(r.At); age > resultStale {
 			problems["checks"] = fmt.Sprintf("the last readiness checks ran %s ago", age.Round(time.Second))
 		}
 	}
 	if a.stopping.Load() {
 		problems["accepting"] = "shutting down"
 	}
-	if len(problems) > 0 {
-		body["status"], body["errors"] = "not_ready", problems
-		writeJSON(w, http.StatusServiceUnavailable, body)
-		return
-	}
+	code = http.StatusOK
 	body["status"] = "ok"
-	writeJSON(w, http.StatusOK, body)
+	if len(problems) > 0 {
+		code = http.StatusServiceUnavailable
+		body["status"] = "not_ready"
+	}
+	if verbose {
+		if len(problems) > 0 {
+			body["errors"] = problems
+		}
+		if len(warnings) > 0 {
+			body["warnings"] = warnings
+		}
+	}
+	return code, body
+}
+
+// verbose reports whether a probe's caller asked for the details (paths,
+// sizes, raw errors) and may see them: a caller that sends the token, or
+// asks with ?verbose, must pass the token rule; ok is false when it did
+// not and the answer is already written.
+func (a *Agent) verbose(w http.ResponseWriter, r *http.Request) (verbose, ok bool) {
+	_, asked := r.URL.Query()["verbose"]
+	if !asked && r.Header.Get(api.TokenHeader) == "" {
+		return false, true
+	}
+	m := a.config().Master
+	if status, msg := (api.TokenPolicy{Token: m.Token, Insecure: m.InsecureNoToken}).Check(r); status != 0 {
+		writeError(w, status, msg)
+		return false, false
+	}
+	return true, true
 }

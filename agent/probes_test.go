@@ -6,11 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 )
@@ -23,10 +26,13 @@ type probeBody struct {
 	Loops  map[string]float64 `json:"loops_seconds_since_round"`
 }
 
-// getProbe fetches path and decodes its body.
+// getProbe fetches path with the token (so a failing check's reason
+// shows) and decodes its body.
 func getProbe(t *testing.T, client *http.Client, h *harness, path string) (int, probeBody) {
 	t.Helper()
-	resp, err := client.Get(h.url + path)
+	req, _ := http.NewRequest(http.MethodGet, h.url+path, nil)
+	req.Header.Set(api.TokenHeader, testToken)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
@@ -119,39 +125,17 @@ func TestProbesWithHungDatabase(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the readiness checker never connected to the database")
 	}
-	// A probe answers while the database check it would wait on is
-	// blocked: the same attempt is still running once the answer is in.
-	// An attempt may end on its own timeout during the probe: try again.
-	running := func() *attempt {
-		g := h.agent.checker.guard("database")
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return g.inflight
-	}
+	// That the handlers never wait on a check is health's own test
+	// (TestReadersNeverWait); here the agent's probes answer many callers
+	// while the database hangs.
 	client := &http.Client{Timeout: 20 * time.Second}
-	for _, path := range []string{"/readyz", "/livez"} {
-		answered := false
-		for try := 0; try < 20 && !answered; try++ {
-			at := running()
-			for at == nil {
-				time.Sleep(10 * time.Millisecond)
-				at = running()
-			}
-			getProbe(t, client, h, path)
-			answered = running() == at
-		}
-		if !answered {
-			t.Errorf("%s never answered while a database check was blocked: it waits on the database", path)
-		}
-	}
-
 	// Under load: many callers at once, all answered, /livez always 200.
 	var wg sync.WaitGroup
-	codes := make(chan [2]int, 400)
+	codes := make(chan [2]int, 600)
 	for range 20 {
 		wg.Go(func() {
 			for range 10 {
-				for _, path := range []string{"/livez", "/readyz"} {
+				for _, path := range []string{"/livez", "/readyz", "/health"} {
 					resp, err := client.Get(h.url + path)
 					if err != nil {
 						t.Errorf("GET %s: %v", path, err)
@@ -160,7 +144,7 @@ func TestProbesWithHungDatabase(t *testing.T) {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 					p := 0
-					if path == "/readyz" {
+					if path != "/livez" {
 						p = 1
 					}
 					codes <- [2]int{p, resp.StatusCode}
@@ -297,5 +281,69 @@ func TestStaleLoops(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProbeDetailNeedsToken: without the token /health answers upstream's
+// shape and /readyz its status and checks, neither a path, a size nor a
+// raw error; ?verbose without the token is refused; with the token both
+// carry the reasons.
+func TestProbeDetailNeedsToken(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	if err := os.RemoveAll(h.cfg.Store.Dir); err != nil {
+		t.Fatal(err)
+	}
+	h.waitHealth("the store missing", func(code int, _ healthBody) bool { return code != http.StatusOK })
+	for _, path := range []string{"/health", "/readyz"} {
+		resp, err := http.Get(h.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var body map[string]any
+		if err := json.Unmarshal(raw, &body); err != nil {
+			t.Fatalf("GET %s: %q: %v", path, raw, err)
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || body["status"] != "not_ready" || body["checks"].(map[string]any)["store"] != false {
+			t.Errorf("GET %s without the token = %d %s, want 503 not_ready with the store check false", path, resp.StatusCode, raw)
+		}
+		for _, leak := range []string{h.cfg.Store.Dir, h.cfg.Spool.Path, `"errors"`, `"space"`, `"warnings"`} {
+			if strings.Contains(string(raw), leak) {
+				t.Errorf("GET %s without the token shows %q: %s", path, leak, raw)
+			}
+		}
+		if path == "/health" && len(body) != 2 {
+			t.Errorf("/health without the token = %s, want only status and checks (upstream's shape)", raw)
+		}
+
+		resp, err = http.Get(h.url + path + "?verbose")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(raw), h.cfg.Store.Dir) {
+			t.Errorf("GET %s?verbose without the token = %d %s, want 401", path, resp.StatusCode, raw)
+		}
+		code, b := getProbe(t, http.DefaultClient, h, path)
+		if code != http.StatusServiceUnavailable || !strings.Contains(b.Errors["store"], h.cfg.Store.Dir) {
+			t.Errorf("GET %s with the token = %d %+v, want the store's error", path, code, b)
+		}
+	}
+	if _, b := h.health(true); b.Space["store"].Dir != h.cfg.Store.Dir {
+		t.Errorf("/health with the token lacks the store's space: %+v", b.Space)
+	}
+	waitFor(t, "the status line naming the store", func() bool {
+		return slices.ContainsFunc(h.notifications(), func(n string) bool {
+			return strings.HasPrefix(n, "STATUS=") && strings.HasSuffix(n, "; not ready: store")
+		})
+	})
+	if got := h.metric("health_check_success", "check", "store"); got != 0 {
+		t.Errorf("health_check_success{check=store} = %v with the store missing, want 0", got)
+	}
+	if got := h.metric("health_check_success", "check", "spool"); got != 1 {
+		t.Errorf("health_check_success{check=spool} = %v, want 1", got)
 	}
 }

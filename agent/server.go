@@ -316,91 +316,31 @@ func (a *Agent) handleJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": views})
 }
 
-// handleHealth is ready when the spool answers, the store is writable and
-// the agent is not stopping.
+// handleHealth answers upstream's shape ({"status", "checks"}) from the
+// last round of readiness checks, never running one itself. A caller with
+// the token also gets the errors, the volumes' space and the blob store's
+// credentials source.
 func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
-	checks := map[string]bool{}
-	problems, degraded := map[string]string{}, map[string]string{}
-	check := func(name string, err error) {
-		checks[name] = err == nil
-		if err != nil {
-			problems[name] = err.Error()
-		}
+	verbose, ok := a.verbose(w, r)
+	if !ok {
+		return
 	}
-	check("spool", a.probe(r.Context(), 2*time.Second))
-	if err := a.recentRefusal(); err != nil {
-		// A spool that answers may still refuse commits (read-only
-		// filesystem, I/O errors, full below any reserve): every submit
-		// would get 503.
-		check("spool_writes", err)
+	code, body := a.readiness(verbose)
+	if !verbose {
+		writeJSON(w, code, map[string]any{"status": body["status"], "checks": body["checks"]})
+		return
 	}
-	check("store", storeWritable(a.config().Store.Dir))
 	space := map[string]spaceView{}
 	for _, v := range volumes(a.config()) {
-		sp, err := v.space()
-		if err != nil {
-			check(v.name+"_space", err)
-			continue
-		}
-		space[v.name] = spaceView{Dir: v.dir, SizeBytes: sp.Size, FreeBytes: sp.Free, ReserveBytes: sp.Reserve}
-		// Below its reserve every build (store, work_dir) or every
-		// submit (spool) would fail: not ready.
-		check(v.name+"_space", v.belowReserve(sp))
-	}
-	if a.objects != nil {
-		// The S3 backend falls back to local artifacts when the bucket
-		// fails, so only an fs store makes the agent not ready; either
-		// way the check shows what is wrong.
-		// Bounded well below a health probe's own timeout: an unreachable
-		// endpoint must not make /health itself time out.
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		err := a.objects.Check(ctx)
-		cancel()
-		checks["blobstore"] = err == nil
-		if err != nil {
-			if !a.objects.Abilities().LocalFallback {
-				problems["blobstore"] = err.Error()
-			} else {
-				degraded["blobstore"] = err.Error()
-			}
+		if sp, err := v.space(); err == nil {
+			space[v.name] = spaceView{Dir: v.dir, SizeBytes: sp.Size, FreeBytes: sp.Free, ReserveBytes: sp.Reserve}
 		}
 	}
-	if a.db != nil {
-		// Every submit reads CubeMaster's database: without it none is
-		// accepted. Bounded like the blob store check.
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		check("database", a.db.Ping(ctx))
-		cancel()
-	}
-	if a.live != nil {
-		// Live progress is best effort (the callbacks carry the same
-		// numbers): a warning, never not ready.
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		err := a.live.Ping(ctx)
-		cancel()
-		checks["redis"] = err == nil
-		if err != nil {
-			degraded["redis"] = err.Error()
-		}
-	}
-	if a.stopping.Load() {
-		check("accepting", errors.New("shutting down"))
-	}
-	status, code := "ok", http.StatusOK
-	if len(problems) > 0 {
-		status, code = "not_ready", http.StatusServiceUnavailable
-	}
-	body := map[string]any{"status": status, "checks": checks, "space": space}
+	body["space"] = space
 	if c, ok := a.objects.(interface{ CredentialsSource() string }); ok {
 		// Which source signs S3 requests (static, env_aws, web_identity,
 		// ...), never the keys: a wrong role shows here.
 		body["blobstore_credentials"] = c.CredentialsSource()
-	}
-	if len(problems) > 0 {
-		body["errors"] = problems
-	}
-	if len(degraded) > 0 {
-		body["warnings"] = degraded
 	}
 	writeJSON(w, code, body)
 }

@@ -19,31 +19,10 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/test/tmpfs"
 )
 
-type healthBody struct {
-	Status string               `json:"status"`
-	Checks map[string]bool      `json:"checks"`
-	Errors map[string]string    `json:"errors"`
-	Space  map[string]spaceView `json:"space"`
-}
-
-func getHealth(t *testing.T, h *harness) (int, healthBody) {
-	t.Helper()
-	resp, err := http.Get(h.url + "/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body healthBody
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("decode /health: %v", err)
-	}
-	return resp.StatusCode, body
-}
-
 func TestHealthAndMetricsShowSpace(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start()
-	code, body := getHealth(t, h)
+	code, body := h.health(true)
 	if code != http.StatusOK || !body.Checks["store_space"] || !body.Checks["spool_space"] {
 		t.Fatalf("health = %d %+v, want ok with both space checks", code, body)
 	}
@@ -84,7 +63,7 @@ func TestHealthNotReadyBelowReserve(t *testing.T) {
 	reserved := *h.agent.config()
 	reserved.Store.MinFree = config.Reserve{Percent: 100}
 	h.agent.cfg.Store(&reserved)
-	code, body := getHealth(t, h)
+	code, body := h.waitHealth("the store below its reserve", func(code int, _ healthBody) bool { return code != http.StatusOK })
 	if code != http.StatusServiceUnavailable || body.Checks["store_space"] || !strings.Contains(body.Errors["store_space"], "store.min_free") {
 		t.Errorf("health with the whole store reserved = %d %+v, want 503 naming store.min_free", code, body)
 	}
@@ -164,7 +143,7 @@ func TestFullSpoolVolume(t *testing.T) {
 			if code != http.StatusServiceUnavailable || retry == "" || !strings.Contains(msg, "spool") {
 				t.Errorf("submit with the spool volume full = %d (Retry-After %q) %q; want 503 with a Retry-After naming the spool", code, retry, msg)
 			}
-			code, body := getHealth(t, h)
+			code, body := h.waitHealth("the spool volume full", func(code int, _ healthBody) bool { return code != http.StatusOK })
 			if tc.reserve.Bytes > 0 {
 				if !strings.Contains(msg, "spool.min_free") {
 					t.Errorf("submit refusal %q does not name spool.min_free", msg)
@@ -187,7 +166,7 @@ func TestFullSpoolVolume(t *testing.T) {
 				t.Errorf("job accepted before the disk filled ended %v, want BUILT", cb.Body)
 			}
 			h.submit("retried", "registry.test/app:v1")
-			if code, body := getHealth(t, h); code != http.StatusOK {
+			if code, body := h.waitHealth("space back", func(code int, _ healthBody) bool { return code == http.StatusOK }); code != http.StatusOK {
 				t.Errorf("health after space came back and a submit committed = %d %+v, want 200", code, body)
 			}
 			if _, err := h.sp.Job(context.Background(), "kept"); err != nil {

@@ -213,7 +213,7 @@ func TestS3ProblemsInHealth(t *testing.T) {
 			}
 			h.env[c.key] = c.value
 			agent := h.startAgent("agent (" + c.name + ")")
-			code, body := call(t, "GET", h.baseURL()+"/health", "", nil)
+			code, body := call(t, "GET", h.baseURL()+"/health", testToken, nil)
 			checks, _ := body["checks"].(map[string]any)
 			warnings, _ := body["warnings"].(map[string]any)
 			warning, _ := warnings["blobstore"].(string)

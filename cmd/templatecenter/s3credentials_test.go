@@ -38,7 +38,7 @@ func TestS3CredentialsFromAWSEnvironment(t *testing.T) {
 	awsOnlyEnv(t, h, map[string]string{"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey})
 	agent := h.startAgent("agent (AWS_* keys)")
 	agent.waitLine(t, "artifacts kept in the blob store", "credentials=env_aws")
-	code, body := call(t, "GET", h.baseURL()+"/health", "", nil)
+	code, body := call(t, "GET", h.baseURL()+"/health", testToken, nil)
 	checks, _ := body["checks"].(map[string]any)
 	if code != 200 || checks["blobstore"] != true || body["blobstore_credentials"] != "env_aws" {
 		t.Errorf("/health = %d %v; want 200, the blob store check passing and blobstore_credentials env_aws", code, body)
@@ -61,7 +61,7 @@ func TestS3StaticKeysWin(t *testing.T) {
 	}
 	h.env["AWS_ACCESS_KEY_ID"], h.env["AWS_SECRET_ACCESS_KEY"] = "wrong", "wrong-secret-0123456789"
 	agent := h.startAgent("agent (static keys and AWS_*)")
-	code, body := call(t, "GET", h.baseURL()+"/health", "", nil)
+	code, body := call(t, "GET", h.baseURL()+"/health", testToken, nil)
 	checks, _ := body["checks"].(map[string]any)
 	if code != 200 || checks["blobstore"] != true || body["blobstore_credentials"] != "static" {
 		t.Errorf("/health = %d %v; want 200, the blob store check passing and blobstore_credentials static", code, body)

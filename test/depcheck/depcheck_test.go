@@ -50,6 +50,8 @@ var rules = []rule{
 	{"agent/liveprogress", []string{"agent/api"}},
 	// The reporter continues each job's stored trace context.
 	{"agent/report", []string{"agent/api", "agent/tracing", "spool"}},
+	// The readiness checks take their checks as functions.
+	{"agent/health", nil},
 	// Tracing knows only OpenTelemetry and the W3C headers.
 	{"agent/tracing", nil},
 	{"spool", nil},

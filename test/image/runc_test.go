@@ -271,7 +271,13 @@ func (c *container) get(t *testing.T, path string) int {
 func (c *container) fetch(t *testing.T, path string) (int, string) {
 	t.Helper()
 	client := &http.Client{Timeout: 3 * time.Second}
-	resp, err := client.Get(c.baseURL() + path)
+	req, err := http.NewRequest(http.MethodGet, c.baseURL()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The token shows a probe's reasons.
+	req.Header.Set("X-Cube-Template-Callback-Token", token)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
