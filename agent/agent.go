@@ -29,6 +29,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/jobs"
 	"github.com/cubesandbox/cubetemplatecenter/agent/report"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -207,7 +208,7 @@ func (a *Agent) Abort() { a.abortOnce.Do(func() { close(a.abort) }) }
 func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	cfg := a.config()
 	a.logger.Info("starting", "listen", ln.Addr().String(), "store", cfg.Store.Dir, "spool", a.spool.Path(),
-		"master", cfg.Master.Addr, "max_concurrent_builds", cfg.Build.MaxConcurrentBuilds, "queue_size", cfg.Build.QueueSize)
+		"master", safetext.URL(cfg.Master.Addr), "max_concurrent_builds", cfg.Build.MaxConcurrentBuilds, "queue_size", cfg.Build.QueueSize)
 	if cfg.Master.Token == "" && cfg.Master.InsecureNoToken {
 		a.logger.Warn("running WITHOUT the shared token (" + api.InsecureNoToken + "=true): any local process can submit builds")
 	} else if cfg.Master.Token == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // SystemdNotifier returns a Notifier speaking sd_notify(3) to NOTIFY_SOCKET;
@@ -104,7 +105,7 @@ func (a *Agent) Reload() error {
 	a.reporter.CheckTransport() // master.addr may have changed
 	a.reporter.Wake()
 	a.logger.Info("configuration reloaded", "log_level", next.Log.Level, "max_concurrent_builds", next.Build.MaxConcurrentBuilds,
-		"queue_size", next.Build.QueueSize, "heartbeat_interval", next.Build.HeartbeatInterval, "master", next.Master.Addr,
+		"queue_size", next.Build.QueueSize, "heartbeat_interval", next.Build.HeartbeatInterval, "master", safetext.URL(next.Master.Addr),
 		"outcome", "applied")
 	return nil
 }

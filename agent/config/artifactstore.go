@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // Blob store backends, as artifact_store.backend and
@@ -256,10 +257,10 @@ func (a *ArtifactStore) validate() []error {
 			u, err := url.Parse(e)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 				(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-				bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", e)
+				bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", safetext.Redact(e))
 			}
 		} else if strings.ContainsAny(e, "/?#@") {
-			bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", e)
+			bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", safetext.Redact(e))
 		}
 	}
 	return errs

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // PathEnv names the environment variable that locates the config file.
@@ -642,7 +644,7 @@ func (c *Config) Validate() error {
 		bad("log.format", "%q is not text or json", c.Log.Format)
 	}
 	if u, err := url.Parse(c.Master.Addr); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("master.addr", "%q is not an http(s) URL", c.Master.Addr)
+		bad("master.addr", "%q is not an http(s) URL", safetext.Redact(c.Master.Addr))
 	}
 	positive := map[string]time.Duration{
 		"common.read_header_timeout": c.Common.ReadHeaderTimeout, "common.read_timeout": c.Common.ReadTimeout,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // Setting is one effective value, as `templatecenter check-config` prints
@@ -63,7 +65,9 @@ func flattenValue(v reflect.Value, prefix string, out *[]Setting) {
 			flattenValue(f, key+".", out)
 			continue
 		}
-		*out = append(*out, Setting{Key: key, Value: formatValue(f)})
+		// A URL's userinfo and query are secrets (CUBE_MASTER_ADDR may
+		// carry user:password@).
+		*out = append(*out, Setting{Key: key, Value: safetext.Redact(formatValue(f))})
 	}
 }
 

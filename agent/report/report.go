@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -567,11 +568,11 @@ func (r *Reporter) post(ctx context.Context, s Settings, rep spool.Report) (int,
 		if errors.As(err, &uerr) {
 			err = uerr.Err // the URL is logged separately; keep the cause
 		}
-		return 0, nil, fmt.Errorf("post to %s: %w", s.BaseURL, err)
+		return 0, nil, fmt.Errorf("post to %s: %w", safetext.URL(s.BaseURL), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 3 {
-		return 0, nil, fmt.Errorf("post to %s: HTTP %d redirects to %q; callbacks never follow redirects", s.BaseURL, resp.StatusCode, resp.Header.Get("Location"))
+		return 0, nil, fmt.Errorf("post to %s: HTTP %d redirects to %s; callbacks never follow redirects", safetext.URL(s.BaseURL), resp.StatusCode, safetext.Name(safetext.URL(resp.Header.Get("Location"))))
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, body, nil

@@ -196,3 +196,35 @@ func TestUpstreamWarningsAtStartAndReload(t *testing.T) {
 		t.Errorf("the ignored key was logged %d times, want at start and at the reload:\n%s", n, logs)
 	}
 }
+
+// TestURLCredentialsRedacted: a password in CUBE_MASTER_ADDR or in an S3
+// endpoint shows neither in check-config, in its errors, nor in the
+// agent's log.
+func TestURLCredentialsRedacted(t *testing.T) {
+	t.Parallel()
+	const secret = "url-pass-never-shown"
+	res := runCLI(t, []string{"CUBE_MASTER_ADDR=http://cm:" + secret + "@127.0.0.1:8089/?sig=" + secret}, "check-config")
+	if res.code != 0 || !strings.Contains(res.stdout, `master.addr = "http://REDACTED@127.0.0.1:8089/?REDACTED"  # env CUBE_MASTER_ADDR`) {
+		t.Errorf("check-config: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	js := runCLI(t, []string{"CUBE_MASTER_ADDR=http://cm:" + secret + "@127.0.0.1:8089"}, "check-config", "--json")
+	for name, env := range map[string]string{
+		"master":      "CUBE_MASTER_ADDR=ftp://cm:" + secret + "@127.0.0.1:8089",
+		"s3 endpoint": "CUBE_S3_ENDPOINT=http://key:" + secret + "@127.0.0.1:9000/bucket",
+	} {
+		bad := runCLI(t, []string{env, "CUBE_S3_BUCKET=b"}, "check-config")
+		if bad.code != 1 || !strings.Contains(bad.stderr, "REDACTED@127.0.0.1") {
+			t.Errorf("%s invalid: exit %d, stderr %q; want 1 naming the address without its credentials", name, bad.code, bad.stderr)
+		}
+		res.stderr += bad.stdout + bad.stderr
+	}
+
+	h := newHarness(t, "", testToken)
+	h.env["CUBE_MASTER_ADDR"] = "http://cm:" + secret + "@127.0.0.1:1"
+	agent := h.startAgent("agent (master with a password)")
+	agent.waitLine(t, "msg=starting", "master=http://REDACTED@127.0.0.1:1")
+	agent.stop(t)
+	if out := res.stdout + res.stderr + js.stdout + js.stderr + agent.out.String(); strings.Contains(out, secret) {
+		t.Errorf("a URL's password shows:\n%s", out)
+	}
+}
