@@ -223,6 +223,36 @@ printable() {
 	printf '%s' "$shown"
 }
 
+# valid_unit tells whether $1 is a service's name in systemd's grammar (the
+# characters of unit names, without the \ of escapes, bounded as systemd
+# bounds them, not starting like an option).
+valid_unit() {
+	[ "${#1}" -le 256 ] || return 1
+	case $1 in
+	[!A-Za-z0-9:_]* | *[!A-Za-z0-9:_.@-]*) return 1 ;;
+	?*.service) return 0 ;;
+	esac
+	return 1
+}
+
+# prop NAME PROPS prints property NAME from systemctl show's output PROPS.
+prop() { printf '%s\n' "$2" | sed -n "s/^$1=//p"; }
+
+# unit_of CGROUP prints the service whose own cgroup is CGROUP, or nothing.
+# The cgroup's name proves nothing: any user with a delegated subtree
+# (every systemd user session has one) names its cgroups as they like, as a
+# command line or after a real unit. So the name must be a unit systemd
+# has loaded, and CGROUP that unit's own cgroup.
+unit_of() {
+	unit_name=${1##*/}
+	valid_unit "$unit_name" || return 0
+	props=$(systemctl show -p Id -p LoadState -p ControlGroup -- "$unit_name" 2>/dev/null) || return 0
+	[ "$(prop Id "$props")" = "$unit_name" ] || return 0
+	[ "$(prop LoadState "$props")" = loaded ] || return 0
+	[ "$(prop ControlGroup "$props")" = "$1" ] || return 0
+	printf '%s\n' "$unit_name"
+}
+
 # check_units: upstream's unit files, under either name.
 check_units() {
 	for dir in $(unit_dirs); do
@@ -282,13 +312,24 @@ check_port() {
 			continue
 		fi
 		for pid in $holders; do
-			comm=$(cat "/proc/$pid/comm" 2>/dev/null) || comm=gone
-			unit=$(sed -n 's#^0::.*/\([^/]*\.service\)$#\1#p' "/proc/$pid/cgroup" 2>/dev/null | head -n 1)
+			case $pid in
+			'' | *[!0-9]*) continue ;;
+			esac
+			comm=$(head -c 64 "/proc/$pid/comm" 2>/dev/null) || comm=gone
+			comm=$(printable 32 "$comm")
+			# The cgroup v2 path (one line: a cgroup's name has no
+			# newline, the kernel refuses it).
+			cgroup=$(head -c 8192 "/proc/$pid/cgroup" 2>/dev/null | sed -n 's/^0:://p') || cgroup=
+			unit=""
+			case $cgroup in
+			*"$nl"*) ;;
+			/*) unit=$(unit_of "$cgroup") ;;
+			esac
 			if [ -n "$unit" ]; then
 				found "port $PORT is held by $comm (pid $pid) of $unit"
 				service_fix disable "$unit"
 			else
-				found "port $PORT is held by $comm (pid $pid), not a systemd service"
+				found "port $PORT is held by $comm (pid $pid), not a systemd service: an unknown process in cgroup $(printable 200 "${cgroup:-?}")"
 				service_fix kill "$pid"
 			fi
 		done
@@ -311,11 +352,14 @@ check_store() {
 		denied=$(find "$STORE" -type d ! -user "$USER_NAME" -print -quit 2>/dev/null) || denied=$STORE
 	fi
 	[ -n "$denied" ] || return 0
+	denied=$(printable 200 "$denied")
 	STORE_FIX=$(fix_record setfacl "$STORE" "$USER_NAME") || exit 2
 	if [ "$upgrade" = true ]; then
 		# An upgrade or reinstall of this package is not held back
 		# for old artifacts: the agent runs, and fails their deletes.
-		echo "$WHO: warning: the artifact store $STORE has directories $USER_NAME cannot write, starting with $denied: deleting old artifacts there fails until you run: $(each_fix words "$STORE_FIX")" >&2
+		# printf, not echo: dash's echo expands backslashes in $denied.
+		printf '%s: warning: the artifact store %s has directories %s cannot write, starting with %s: deleting old artifacts there fails until you run: %s\n' \
+			"$WHO" "$STORE" "$USER_NAME" "$denied" "$(each_fix words "$STORE_FIX")" >&2
 		STORE_FIX=""
 		return 0
 	fi
