@@ -89,17 +89,168 @@ enabled_links() {
 		\( -path '*.wants/*' -o -path '*.requires/*' \) 2>/dev/null
 }
 
+# The fixes are records, never command lines: one line each, a verb and its
+# arguments (see fix_cmd), every argument a plain word. fix_cmd turns a
+# record into the command's argument vector, which is either run as it is or
+# shell-quoted for a person to paste: no shell ever parses what this script
+# read from the system. Parts of a record come from /proc (a PID, a unit
+# name), and a cgroup's name is whatever its owner chose.
 FOUND=""
 SERVICE_FIX=""
 STORE_FIX=""
 nl='
 '
 found() { FOUND="$FOUND  - $*$nl"; }
-service_fix() {
-	case "$nl$SERVICE_FIX" in
-	*"$nl$1$nl"*) ;;
-	*) SERVICE_FIX="$SERVICE_FIX$1$nl" ;;
+
+# plain_word tells whether $1 is a nonempty word a shell reads as itself.
+plain_word() {
+	case $1 in
+	'' | *[!A-Za-z0-9_./:@+-]*) return 1 ;;
 	esac
+}
+
+# fix_record VERB [ARG...] prints the record of one fix; it stops the script
+# on an argument that is not a plain word (a record is split on blanks).
+fix_record() {
+	for arg in "$@"; do
+		if ! plain_word "$arg"; then
+			printf '%s: refusing a fix with an argument that is not a plain word: %s\n' "$WHO" "$(printable 200 "$arg")" >&2
+			exit 2
+		fi
+	done
+	printf '%s\n' "$*"
+}
+
+# service_fix VERB [ARG...] adds a fix that hands the port and the units
+# over, once.
+service_fix() {
+	rec=$(fix_record "$@") || exit 2
+	case "$nl$SERVICE_FIX" in
+	*"$nl$rec$nl"*) ;;
+	*) SERVICE_FIX="$SERVICE_FIX$rec$nl" ;;
+	esac
+}
+
+# fix_cmd HOW VERB [ARG...] passes the command line of a fix to cmd HOW:
+#   disable UNIT       systemctl disable --now UNIT
+#   mkdir DIR          mkdir -p DIR
+#   mv FILE DIR        mv FILE DIR/
+#   daemon-reload      systemctl daemon-reload
+#   kill PID           kill PID
+#   setfacl DIR USER   find DIR -type d -exec setfacl -m u:USER:rwx {} +
+fix_cmd() {
+	fix_how=$1 fix_verb=$2
+	shift 2
+	case $fix_verb in
+	disable) cmd "$fix_how" systemctl disable --now "$1" ;;
+	mkdir) cmd "$fix_how" mkdir -p "$1" ;;
+	mv) cmd "$fix_how" mv "$1" "$2/" ;;
+	daemon-reload) cmd "$fix_how" systemctl daemon-reload ;;
+	kill) cmd "$fix_how" kill "$1" ;;
+	setfacl) cmd "$fix_how" find "$1" -type d -exec setfacl -m "u:$2:rwx" {} + ;;
+	*)
+		echo "$WHO: unknown fix $fix_verb" >&2
+		return 2
+		;;
+	esac
+}
+
+# each_fix HOW RECORDS runs fix_cmd HOW on each record, stopping at the
+# first that fails.
+each_fix() {
+	while IFS=' ' read -r each_verb each_1 each_2; do
+		[ -n "$each_verb" ] || continue
+		fix_cmd "$1" "$each_verb" "$each_1" "$each_2" || return 1
+	done <<EOF
+$2
+EOF
+}
+
+# cmd HOW COMMAND [ARG...]: HOW is words (print the command line for a
+# person, shell-quoted), show (the same, a line) or run (show it after a +,
+# then run it, its stdin not each_fix's records).
+cmd() {
+	cmd_how=$1
+	shift
+	case $cmd_how in
+	words) words "$@" ;;
+	show) printf '%s\n' "$(words "$@")" ;;
+	run)
+		printf '+ %s\n' "$(words "$@")"
+		"$@" </dev/null
+		;;
+	esac
+}
+
+# words prints its arguments as a shell command line.
+words() {
+	sep=
+	for word in "$@"; do
+		printf '%s' "$sep"
+		quote "$word"
+		sep=' '
+	done
+}
+
+# quote prints $1 as one shell word: as it is if it is plain, else in
+# single quotes.
+quote() {
+	if plain_word "$1" || [ "$1" = '{}' ]; then
+		printf '%s' "$1"
+		return
+	fi
+	rest=$1 quoted=
+	while :; do
+		case $rest in
+		*\'*)
+			quoted="$quoted${rest%%\'*}'\\''"
+			rest=${rest#*\'}
+			;;
+		*) break ;;
+		esac
+	done
+	printf "'%s'" "$quoted$rest"
+}
+
+# printable MAX prints $2 as printable ASCII (anything else becomes ?),
+# cut to MAX characters: what /proc holds is chosen by whoever runs the
+# process, and is printed here to a root terminal.
+printable() {
+	shown=$(printf '%s' "$2" | LC_ALL=C tr -c ' -~' '?')
+	if [ "${#shown}" -gt "$1" ]; then
+		shown="$(printf '%s' "$shown" | head -c "$1")..."
+	fi
+	printf '%s' "$shown"
+}
+
+# valid_unit tells whether $1 is a service's name in systemd's grammar (the
+# characters of unit names, without the \ of escapes, bounded as systemd
+# bounds them, not starting like an option).
+valid_unit() {
+	[ "${#1}" -le 256 ] || return 1
+	case $1 in
+	[!A-Za-z0-9:_]* | *[!A-Za-z0-9:_.@-]*) return 1 ;;
+	?*.service) return 0 ;;
+	esac
+	return 1
+}
+
+# prop NAME PROPS prints property NAME from systemctl show's output PROPS.
+prop() { printf '%s\n' "$2" | sed -n "s/^$1=//p"; }
+
+# unit_of CGROUP prints the service whose own cgroup is CGROUP, or nothing.
+# The cgroup's name proves nothing: any user with a delegated subtree
+# (every systemd user session has one) names its cgroups as they like, as a
+# command line or after a real unit. So the name must be a unit systemd
+# has loaded, and CGROUP that unit's own cgroup.
+unit_of() {
+	unit_name=${1##*/}
+	valid_unit "$unit_name" || return 0
+	props=$(systemctl show -p Id -p LoadState -p ControlGroup -- "$unit_name" 2>/dev/null) || return 0
+	[ "$(prop Id "$props")" = "$unit_name" ] || return 0
+	[ "$(prop LoadState "$props")" = loaded ] || return 0
+	[ "$(prop ControlGroup "$props")" = "$1" ] || return 0
+	printf '%s\n' "$unit_name"
 }
 
 # check_units: upstream's unit files, under either name.
@@ -124,9 +275,9 @@ check_units() {
 			else
 				found "$f is $what: upstream's service would start at boot next to this one"
 			fi
-			service_fix "systemctl disable --now $unit"
-			service_fix "mkdir -p $ASIDE"
-			service_fix "mv $f $ASIDE/"
+			service_fix disable "$unit"
+			service_fix mkdir "$ASIDE"
+			service_fix mv "$f" "$ASIDE"
 		done
 	done
 }
@@ -161,14 +312,25 @@ check_port() {
 			continue
 		fi
 		for pid in $holders; do
-			comm=$(cat "/proc/$pid/comm" 2>/dev/null) || comm=gone
-			unit=$(sed -n 's#^0::.*/\([^/]*\.service\)$#\1#p' "/proc/$pid/cgroup" 2>/dev/null | head -n 1)
+			case $pid in
+			'' | *[!0-9]*) continue ;;
+			esac
+			comm=$(head -c 64 "/proc/$pid/comm" 2>/dev/null) || comm=gone
+			comm=$(printable 32 "$comm")
+			# The cgroup v2 path (one line: a cgroup's name has no
+			# newline, the kernel refuses it).
+			cgroup=$(head -c 8192 "/proc/$pid/cgroup" 2>/dev/null | sed -n 's/^0:://p') || cgroup=
+			unit=""
+			case $cgroup in
+			*"$nl"*) ;;
+			/*) unit=$(unit_of "$cgroup") ;;
+			esac
 			if [ -n "$unit" ]; then
 				found "port $PORT is held by $comm (pid $pid) of $unit"
-				service_fix "systemctl disable --now $unit"
+				service_fix disable "$unit"
 			else
-				found "port $PORT is held by $comm (pid $pid), not a systemd service"
-				service_fix "kill $pid"
+				found "port $PORT is held by $comm (pid $pid), not a systemd service: an unknown process in cgroup $(printable 200 "${cgroup:-?}")"
+				service_fix kill "$pid"
 			fi
 		done
 	done
@@ -190,11 +352,14 @@ check_store() {
 		denied=$(find "$STORE" -type d ! -user "$USER_NAME" -print -quit 2>/dev/null) || denied=$STORE
 	fi
 	[ -n "$denied" ] || return 0
-	STORE_FIX="find $STORE -type d -exec setfacl -m u:$USER_NAME:rwx {} +"
+	denied=$(printable 200 "$denied")
+	STORE_FIX=$(fix_record setfacl "$STORE" "$USER_NAME") || exit 2
 	if [ "$upgrade" = true ]; then
 		# An upgrade or reinstall of this package is not held back
 		# for old artifacts: the agent runs, and fails their deletes.
-		echo "$WHO: warning: the artifact store $STORE has directories $USER_NAME cannot write, starting with $denied: deleting old artifacts there fails until you run: $STORE_FIX" >&2
+		# printf, not echo: dash's echo expands backslashes in $denied.
+		printf '%s: warning: the artifact store %s has directories %s cannot write, starting with %s: deleting old artifacts there fails until you run: %s\n' \
+			"$WHO" "$STORE" "$USER_NAME" "$denied" "$(each_fix words "$STORE_FIX")" >&2
 		STORE_FIX=""
 		return 0
 	fi
@@ -213,19 +378,10 @@ esac
 ensure_user
 check_units
 check_port
-case "$SERVICE_FIX" in
-*"${nl}mv "*) service_fix "systemctl daemon-reload" ;;
+case "$nl$SERVICE_FIX" in
+*"${nl}mv "*) service_fix daemon-reload ;;
 esac
 check_store
-
-run_fixes() {
-	# The last command may lack its newline.
-	printf '%s\n' "$1" | while IFS= read -r cmd; do
-		[ -n "$cmd" ] || continue
-		echo "+ $cmd"
-		sh -c "$cmd" || exit 1
-	done
-}
 
 case $mode in
 take-over)
@@ -233,16 +389,16 @@ take-over)
 		echo "$WHO: no upstream unit or process found to take over"
 		exit 0
 	fi
-	run_fixes "$SERVICE_FIX"
-	exit
+	each_fix run "$SERVICE_FIX" || exit 1
+	exit 0
 	;;
 adopt-store)
 	if [ -n "$STORE_FIX" ] && ! command -v setfacl >/dev/null 2>&1; then
 		echo "$WHO: setfacl is missing: install the acl package (apt-get install acl, or dnf install acl)" >&2
 		exit 1
 	fi
-	run_fixes "$STORE_FIX"
-	exit
+	each_fix run "$STORE_FIX" || exit 1
+	exit 0
 	;;
 esac
 
@@ -252,7 +408,7 @@ esac
 	echo "$WHO: an upstream CubeTemplateCenter is in the way; nothing was changed:"
 	printf '%s' "$FOUND"
 	echo "To hand this machine over (docs/upstream.md, \"Migrating from upstream\"), run as root:"
-	printf '%s%s' "$SERVICE_FIX" "${STORE_FIX:+$STORE_FIX$nl}" | sed 's/^/    /'
+	each_fix show "$SERVICE_FIX$STORE_FIX" | sed 's/^/    /'
 	if [ -n "$STORE_FIX" ] && ! command -v setfacl >/dev/null 2>&1; then
 		echo "  (setfacl comes with the acl package: apt-get install acl, or dnf install acl)"
 	fi
