@@ -2,10 +2,13 @@ package rootfs
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // Spans of a build, below the caller's span. rootfs uses only the
@@ -25,8 +28,10 @@ func startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (c
 		Start(ctx, name, trace.WithAttributes(attrs...))
 	return ctx, func(err error) {
 		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+			// Errors come redacted; an image shapes their size.
+			msg := safetext.Clip(err.Error(), safetext.MessageMax)
+			span.RecordError(errors.New(msg))
+			span.SetStatus(codes.Error, msg)
 		}
 		span.End()
 	}

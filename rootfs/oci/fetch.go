@@ -241,7 +241,7 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 				lt := tr.layer(j.layer.Size, j.uses)
 				lctx, endSpan := layerSpan(ctx, j.index, j.layer)
 				d := &downloader{store: l.store, src: img.src, index: j.index, layer: j.layer, tracker: lt,
-					blob: l.blobs[hex], turn: func(ctx context.Context) error { return order.wait(ctx, j.turn) }}
+					blob: l.blobs[hex], turn: func(ctx context.Context) error { return order.wait(ctx, j.turn) }, secrets: img.secrets}
 				fromCache, err := l.store.Acquire(lctx, hex, j.layer.Size, img.src.key(), d.download)
 				order.end(j.turn)
 				endSpan(fromCache, err)
@@ -294,9 +294,8 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 		if firstErr == nil && ctx.Err() != nil {
 			firstErr = fmt.Errorf("fetch: %w", ctx.Err())
 		}
-		if firstErr != nil {
-			l.err = redact(firstErr, img.secrets...)
-		}
+		// Download errors come redacted (downloader.download).
+		l.err = firstErr
 		failed := l.err != nil
 		l.mu.Unlock()
 		cancel()
@@ -359,6 +358,9 @@ type downloader struct {
 	blob    *blobState
 	// turn waits until this blob may read its body.
 	turn func(context.Context) error
+	// secrets are the source's credentials: with URL query strings
+	// (signed blob URLs), never in an error the download makes.
+	secrets []string
 }
 
 // download writes the layer's blob into the cache, trying each place the
@@ -377,6 +379,9 @@ func (d *downloader) download(ctx context.Context) error {
 	d.blob.partial = p
 	close(d.blob.started)
 	if err := d.fill(ctx, p); err != nil {
+		// Redacted here, where it is made: readers following the blob,
+		// the fetch span and the build's error all get this one.
+		err = redact(err, d.secrets...)
 		p.Abort(err)
 		return err
 	}

@@ -2,10 +2,13 @@ package oci
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // SpanLayerFetch is the span of making one layer blob available: from the
@@ -22,8 +25,10 @@ func layerSpan(ctx context.Context, i int, l Layer) (context.Context, func(fromC
 	return ctx, func(fromCache bool, err error) {
 		span.SetAttributes(attribute.Bool("cache_hit", fromCache))
 		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+			// Errors come redacted; an image shapes their size.
+			msg := safetext.Clip(err.Error(), safetext.MessageMax)
+			span.RecordError(errors.New(msg))
+			span.SetStatus(codes.Error, msg)
 		}
 		span.End()
 	}
