@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -153,6 +154,51 @@ func TestBoundedMethod(t *testing.T) {
 	for in, want := range map[string]string{"GET": "GET", "POST": "POST", "BREW": "other", "get": "other"} {
 		if got := boundedMethod(in); got != want {
 			t.Errorf("boundedMethod(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestAPIErrorsAreJSON: under /tc/api/v1/ every answer is JSON, a path no
+// route takes (404) and a method its route does not take (405, with
+// Allow) included; both still count as the unmatched route, one label
+// whatever the path.
+func TestAPIErrorsAreJSON(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	for _, c := range []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{http.MethodGet, "/tc/api/v1/no/such/route", http.StatusNotFound, ""},
+		{http.MethodGet, "/tc/api/v1/build", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodDelete, "/tc/api/v1/jobs/j1", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{"BREW", "/tc/api/v1/jobs/j1/cancel", http.StatusMethodNotAllowed, "POST"},
+	} {
+		req, _ := http.NewRequest(c.method, h.url+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]string
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || err != nil || body["error"] == "" || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s = %d %q (%v, Content-Type %q), want %d with a JSON error", c.method, c.path, resp.StatusCode, body, err,
+				resp.Header.Get("Content-Type"), c.code)
+		}
+		if got := resp.Header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+		}
+	}
+	m := scrape(t, h)
+	for _, want := range []string{
+		`cube_templatecenter_http_requests_total{code="404",method="GET",route="unmatched"} 1`,
+		`cube_templatecenter_http_requests_total{code="405",method="DELETE",route="unmatched"} 1`,
+		`cube_templatecenter_http_requests_total{code="405",method="other",route="unmatched"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/cubesandbox/cubetemplatecenter/agent/report"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
@@ -61,6 +62,13 @@ func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
 		}),
 	}
 	m.observeReload(true)
+	// Every series exists from the start, at zero, so a rate over a
+	// process's life needs no absent() guard.
+	for _, outcome := range []string{report.OutcomeDelivered, report.OutcomeRetry, report.OutcomeDropped} {
+		for _, kind := range []string{callbackProgress, callbackTerminal} {
+			m.callbacks.WithLabelValues(outcome, kind)
+		}
+	}
 	m.register(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -172,11 +180,17 @@ func (c *spoolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.success, prometheus.GaugeValue, success)
 }
 
+// The kind label of callback_attempts_total.
+const (
+	callbackProgress = "progress"
+	callbackTerminal = "terminal"
+)
+
 // observeCallback counts one report delivery attempt.
 func (m *metrics) observeCallback(outcome string, terminal bool) {
-	kind := "progress"
+	kind := callbackProgress
 	if terminal {
-		kind = "terminal"
+		kind = callbackTerminal
 	}
 	m.callbacks.WithLabelValues(outcome, kind).Inc()
 }

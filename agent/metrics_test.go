@@ -233,3 +233,20 @@ func TestSpoolCollector(t *testing.T) {
 		})
 	}
 }
+
+// TestCallbackSeriesStartAtZero: every outcome and kind of
+// callback_attempts_total is served at 0 before the first callback, as
+// docs/observability.md promises of the counters.
+func TestCallbackSeriesStartAtZero(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	m := scrape(t, h)
+	for _, outcome := range []string{"delivered", "retry", "dropped"} {
+		for _, kind := range []string{"progress", "terminal"} {
+			want := `cube_templatecenter_callback_attempts_total{kind="` + kind + `",outcome="` + outcome + `"} 0`
+			if !strings.Contains(m, want) {
+				t.Errorf("metrics before any callback lack %s", want)
+			}
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -34,7 +35,38 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /livez", a.handleLivez)
 	mux.HandleFunc("GET /readyz", a.handleReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle(apiPrefix, apiNotFound(mux))
 	return a.http.wrap(mux)
+}
+
+// apiPrefix is where every answer is JSON, errors included.
+const apiPrefix = "/tc/api/v1/"
+
+// apiMethods are the methods a path under apiPrefix is tried with to tell
+// a 405 (another method has a route) from a 404.
+var apiMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// apiNotFound answers what no API route takes, as JSON: 405 with Allow
+// when the path has routes for other methods, 404 otherwise. ServeMux's
+// own answers are plain text, and the route label stays "unmatched".
+func apiNotFound(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range apiMethods {
+			probe := &http.Request{Method: m, URL: r.URL, Host: r.Host, Header: http.Header{}}
+			if _, pattern := mux.Handler(probe); pattern != apiPrefix && pattern != "" {
+				allow = append(allow, m)
+			}
+		}
+		r.Pattern = ""
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s (allowed: %s)",
+				safetext.Name(r.Method), safetext.Name(r.URL.Path), strings.Join(allow, ", ")))
+			return
+		}
+		writeError(w, http.StatusNotFound, "no API route "+safetext.Name(r.URL.Path))
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // DefaultServiceName is service.name when neither OTEL_SERVICE_NAME nor
@@ -143,9 +145,12 @@ func exporterNames(getenv func(string) string) ([]string, error) {
 		case "console":
 			out = append(out, "console")
 		case "otlp":
-			proto := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
+			// The error names the variable that set the value.
+			protoVar := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+			proto := strings.TrimSpace(getenv(protoVar))
 			if proto == "" {
-				proto = strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
+				protoVar = "OTEL_EXPORTER_OTLP_PROTOCOL"
+				proto = strings.TrimSpace(getenv(protoVar))
 			}
 			switch proto {
 			case "", "http/protobuf":
@@ -153,10 +158,10 @@ func exporterNames(getenv func(string) string) ([]string, error) {
 			case "grpc":
 				out = append(out, "otlp/grpc")
 			default:
-				return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: supported are http/protobuf and grpc", proto)
+				return nil, fmt.Errorf("%s %s: supported are http/protobuf and grpc", protoVar, safetext.Name(proto))
 			}
 		default:
-			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER %q: supported are otlp, console and none", name)
+			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER %s: supported are otlp, console and none", safetext.Name(name))
 		}
 	}
 	return out, nil

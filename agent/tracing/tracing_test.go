@@ -24,7 +24,7 @@ func TestExporterNames(t *testing.T) {
 		name string
 		env  map[string]string
 		want []string
-		err  bool
+		err  string // a part of the error, "" for none
 	}{
 		{name: "Unset", env: nil, want: nil},
 		{name: "EndpointOnly", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, want: []string{"otlp/http"}},
@@ -35,13 +35,16 @@ func TestExporterNames(t *testing.T) {
 		{name: "None", env: map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, want: nil},
 		{name: "Disabled", env: map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, want: nil},
 		{name: "ConsoleAndOTLP", env: map[string]string{"OTEL_TRACES_EXPORTER": "console, otlp"}, want: []string{"console", "otlp/http"}},
-		{name: "JSONProtocol", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, err: true},
-		{name: "Unknown", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, err: true},
+		{name: "JSONProtocol", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+			err: `OTEL_EXPORTER_OTLP_PROTOCOL "http/json": supported`},
+		{name: "JSONTracesProtocol", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"},
+			err: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL "http/json": supported`},
+		{name: "Unknown", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, err: "OTEL_TRACES_EXPORTER"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := exporterNames(env(tc.env))
-			if (err != nil) != tc.err {
-				t.Fatalf("exporterNames() error = %v, want error %v", err, tc.err)
+			if (err != nil) != (tc.err != "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("exporterNames() error = %v, want an error naming %q", err, tc.err)
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("exporterNames() = %q, want %q", got, tc.want)
