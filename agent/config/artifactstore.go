@@ -130,30 +130,47 @@ func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) 
 var artifactStoreEnv = []envOverride{
 	{key: "artifact_store.backend", names: []string{"CUBE_ARTIFACT_STORE_BACKEND"}, set: func(c *Config, _, v string) error { c.ArtifactStore.Backend = v; return nil }},
 	{key: "artifact_store.fs_root", names: []string{"CUBE_ARTIFACT_STORE_FS_ROOT"}, set: func(c *Config, _, v string) error { c.ArtifactStore.FSRoot = v; return nil }},
-	{key: "artifact_store.s3.endpoint", names: []string{"CUBE_S3_ENDPOINT"}, set: func(c *Config, _, v string) error { c.ArtifactStore.S3.Endpoint = v; return nil }},
+	{key: "artifact_store.s3.endpoint", names: []string{"CUBE_S3_ENDPOINT"}, set: func(c *Config, _, v string) error {
+		if !validEndpoint(v) {
+			// Upstream's S3 client fails on it and every artifact stays
+			// local: so does TC's, unless the file names a good one.
+			return ignored("not host:port or an http(s) URL without path; upstream's uploads fail with it and artifacts stay local "+
+				"(artifact_store.s3.endpoint stays %q)", safetext.Redact(c.ArtifactStore.S3.Endpoint))
+		}
+		c.ArtifactStore.S3.Endpoint = v
+		return nil
+	}},
 	{key: "artifact_store.s3.bucket", names: []string{"CUBE_S3_BUCKET"}, set: func(c *Config, _, v string) error { c.ArtifactStore.S3.Bucket = v; return nil }},
 	{key: "artifact_store.s3.region", names: []string{"CUBE_S3_REGION"}, set: func(c *Config, _, v string) error { c.ArtifactStore.S3.Region = v; return nil }},
-	{key: "artifact_store.s3.use_path_style", names: []string{"CUBE_S3_USE_PATH_STYLE"}, set: func(c *Config, name, v string) error {
-		return parseFlag(name, v, &c.ArtifactStore.S3.UsePathStyle)
+	{key: "artifact_store.s3.use_path_style", names: []string{"CUBE_S3_USE_PATH_STYLE"}, set: func(c *Config, _, v string) error {
+		return parseFlag(v, &c.ArtifactStore.S3.UsePathStyle)
 	}},
-	{key: "artifact_store.s3.use_ssl", names: []string{"CUBE_S3_USE_SSL"}, set: func(c *Config, name, v string) error {
-		return parseFlag(name, v, &c.ArtifactStore.S3.UseSSL)
+	{key: "artifact_store.s3.use_ssl", names: []string{"CUBE_S3_USE_SSL"}, set: func(c *Config, _, v string) error {
+		return parseFlag(v, &c.ArtifactStore.S3.UseSSL)
 	}},
 	{key: "artifact_store.s3.prefix", names: []string{"CUBE_S3_ARTIFACT_PREFIX"}, set: func(c *Config, _, v string) error { c.ArtifactStore.S3.Prefix = v; return nil }},
 }
 
-// parseFlag reads upstream's boolean spellings: 1, true, yes, on (and 0,
-// false, no, off), in any case.
-func parseFlag(name, v string, dst *bool) error {
-	switch strings.ToLower(v) {
-	case "1", "true", "yes", "on":
-		*dst = true
-	case "0", "false", "no", "off":
-		*dst = false
-	default:
-		return fmt.Errorf("%s: %q is not a boolean (1, true, yes, on or 0, false, no, off)", name, v)
+// parseFlag reads a boolean variable as upstream does (upstreamFlag): a
+// value upstream reads as false without a word is false, with a warning.
+func parseFlag(v string, dst *bool) error {
+	b, known := upstreamFlag(v)
+	*dst = b
+	if !known {
+		return &fellBack{note: "not one of 1, true, yes, on, 0, false, no, off: upstream reads it as false, so does TC", applied: true}
 	}
 	return nil
+}
+
+// validEndpoint reports whether e is host:port or an http(s) URL without
+// path, query or user.
+func validEndpoint(e string) bool {
+	if !strings.Contains(e, "://") {
+		return !strings.ContainsAny(e, "/?#@")
+	}
+	u, err := url.Parse(e)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
+		(u.Path == "" || u.Path == "/") && u.RawQuery == "" && u.User == nil
 }
 
 // s3Missing names the settings the S3 backend needs that are unset.
@@ -252,16 +269,8 @@ func (a *ArtifactStore) validate() []error {
 	if a.FSRoot != "" && !strings.HasPrefix(a.FSRoot, "/") {
 		bad("fs_root", "%q is not an absolute path", a.FSRoot)
 	}
-	if e := a.S3.Endpoint; e != "" {
-		if strings.Contains(e, "://") {
-			u, err := url.Parse(e)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-				(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-				bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", safetext.Redact(e))
-			}
-		} else if strings.ContainsAny(e, "/?#@") {
-			bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", safetext.Redact(e))
-		}
+	if e := a.S3.Endpoint; e != "" && !validEndpoint(e) {
+		bad("s3.endpoint", "%q is not host:port or an http(s) URL without path", safetext.Redact(e))
 	}
 	return errs
 }

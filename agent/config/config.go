@@ -127,6 +127,9 @@ type Spool struct {
 	MinFree Reserve `yaml:"min_free"`
 }
 
+// maxConcurrentBuilds is build.max_concurrent_builds' limit.
+const maxConcurrentBuilds = 64
+
 // Build tunes the executor and the rootfs builder.
 type Build struct {
 	MaxConcurrentBuilds int           `yaml:"max_concurrent_builds"`
@@ -539,28 +542,34 @@ type envOverride struct {
 	// fileOnly marks upstream variables for a setting TC reads from the
 	// file only: every name is deprecated, and the warning names the key.
 	fileOnly bool
+	// raw passes set the value as written, for a variable upstream does
+	// not trim; otherwise set gets it trimmed.
+	raw bool
 }
 
 var envOverrides = []envOverride{
 	{key: "master.addr", names: []string{"CUBE_MASTER_ADDR", "CUBE_TEMPLATE_CENTER_MASTER_ENDPOINT", "CUBE_MASTER_ENDPOINT"}, set: func(c *Config, _, v string) error { c.Master.Addr = v; return nil }},
 	{key: "master.insecure_no_token", names: []string{"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN"}, set: func(c *Config, name, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a boolean", name, v)
-		}
+		// Upstream turns authentication off for "true" only: any other
+		// value keeps it on, the safe reading.
+		b, known := upstreamTrue(v)
 		c.Master.InsecureNoToken = b
+		if !known {
+			return &fellBack{note: "not true, which upstream reads as false: the shared token stays required", applied: true}
+		}
 		return nil
 	}},
 	{key: "store.dir", names: []string{"CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR"}, set: func(c *Config, _, v string) error { c.Store.Dir = v; return nil }},
 	{key: "store.work_dir", names: []string{"CUBE_TEMPLATE_CENTER_WORK_DIR", "CUBE_TEMPLATE_CENTER_ARTIFACT_WORK_DIR", "CUBEMASTER_ROOTFS_ARTIFACT_DIR"}, set: func(c *Config, _, v string) error { c.Store.WorkDir = v; return nil }},
 	{key: "spool.path", names: []string{"CUBE_TEMPLATE_CENTER_SPOOL_PATH"}, set: func(c *Config, _, v string) error { c.Spool.Path = v; return nil }},
 	{key: "build.max_concurrent_builds", names: []string{"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS", "CUBE_TC_MAX_CONCURRENT_BUILDS"}, set: func(c *Config, name, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a number", name, v)
+		n, ok := upstreamAtoi(v, true)
+		if !ok {
+			return ignored("not a whole number of at least 1, which upstream also ignores (build.max_concurrent_builds stays %d)",
+				c.Build.MaxConcurrentBuilds)
 		}
-		c.Build.MaxConcurrentBuilds = n
-		return nil
+		// Upstream has no cap; TC's bounds what one node may run.
+		return capTo(n, maxConcurrentBuilds, &c.Build.MaxConcurrentBuilds, "TC's limit")
 	}},
 	{key: "build.start_check", names: []string{"CUBE_TEMPLATE_CENTER_START_CHECK"}, set: func(c *Config, _, v string) error { c.Build.StartCheck = v; return nil }},
 	// A pod's grace period is set in its spec: the drain follows it
@@ -587,6 +596,7 @@ func (c *Config) applyEnv(env Env, rep *Report) {
 			if !ok || strings.TrimSpace(v) == "" {
 				continue
 			}
+			raw := v
 			v = strings.TrimSpace(v)
 			if used != "" {
 				if v != usedValue {
@@ -594,17 +604,29 @@ func (c *Config) applyEnv(env Env, rep *Report) {
 				}
 				continue
 			}
+			used, usedValue = name, v
+			if o.raw {
+				v = raw
+			}
+			err := o.set(c, name, v)
+			var fb *fellBack
+			switch {
+			case errors.As(err, &fb):
+				// Upstream's rule decided: a warning, never an error.
+				rep.warn(true, "%s=%q is %s", name, safetext.Redact(raw), fb.note)
+				if !fb.applied {
+					continue
+				}
+			case err != nil:
+				c.envErrs = append(c.envErrs, err)
+			}
 			switch {
 			case o.fileOnly:
 				rep.warn(true, "%s is deprecated: set %s in the configuration file (the variable is applied meanwhile, over the file)", name, o.key)
 			case i > 0:
 				rep.warn(true, "%s is deprecated, use %s", name, o.names[0])
 			}
-			if err := o.set(c, name, v); err != nil {
-				c.envErrs = append(c.envErrs, err)
-			}
 			rep.setSource(o.key, "env "+name)
-			used, usedValue = name, v
 		}
 	}
 	for _, ig := range ignoredEnv {
@@ -670,10 +692,10 @@ func (c *Config) Validate() error {
 	}{
 		{"master.progress_attempts", c.Master.ProgressAttempts, 1, 100},
 		{"common.max_concurrent_uploads", c.Common.MaxConcurrentUploads, 1, 64},
-		{"build.max_concurrent_builds", c.Build.MaxConcurrentBuilds, 1, 64},
+		{"build.max_concurrent_builds", c.Build.MaxConcurrentBuilds, 1, maxConcurrentBuilds},
 		{"build.queue_size", c.Build.QueueSize, 1, 100000},
 		{"build.max_attempts", c.Build.MaxAttempts, 1, 100},
-		{"build.download_jobs", c.Build.DownloadJobs, 1, 32},
+		{"build.download_jobs", c.Build.DownloadJobs, 1, maxDownloadJobs},
 		{"build.headroom_percent", c.Build.HeadroomPercent, 0, 100},
 		{"build.headroom_inodes", c.Build.HeadroomInodes, 0, 1 << 24},
 	}

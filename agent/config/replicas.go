@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -52,30 +51,39 @@ func defaultReplicas() Replicas {
 // upstream's names (CUBE_TC_* the deprecated ones).
 var replicasEnv = []envOverride{
 	{key: "replicas.reconcile_interval", names: []string{"CUBE_TEMPLATE_CENTER_RECONCILE_INTERVAL", "CUBE_TC_RECONCILE_INTERVAL"}, set: func(c *Config, name, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a duration (e.g. 10m)", name, v)
+		d, ok := upstreamDuration(v)
+		if !ok {
+			return ignored("not a positive duration (such as 10m), which upstream also ignores (replicas.reconcile_interval stays %s)",
+				c.Replicas.ReconcileInterval)
+		}
+		if d < minReplicasInterval {
+			// Upstream has no floor; TC's keeps the sweep from spinning.
+			c.Replicas.ReconcileInterval = minReplicasInterval
+			return &fellBack{note: fmt.Sprintf("below TC's floor %s: %s applies", minReplicasInterval, minReplicasInterval), applied: true}
 		}
 		c.Replicas.ReconcileInterval = d
 		return nil
 	}},
 	{key: "replicas.reconcile_disabled", names: []string{"CUBE_TEMPLATE_CENTER_RECONCILE_DISABLED", "CUBE_TC_RECONCILE_DISABLED"}, set: func(c *Config, name, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a boolean", name, v)
-		}
+		b, known := upstreamFlag(v)
 		c.Replicas.ReconcileDisabled = b
+		if !known {
+			return &fellBack{note: "not one of 1, true, yes, on, 0, false, no, off: upstream reads it as false, the sweep stays on", applied: true}
+		}
 		return nil
 	}},
 }
+
+// minReplicasInterval is the shortest replicas interval.
+const minReplicasInterval = 100 * time.Millisecond
 
 // validate returns the replica settings' problems, each naming its key.
 func (r *Replicas) validate() []error {
 	var errs []error
 	for key, d := range map[string]time.Duration{"replicas.lock_poll_interval": r.LockPollInterval,
 		"replicas.lock_keepalive": r.LockKeepalive, "replicas.reconcile_interval": r.ReconcileInterval} {
-		if d < 100*time.Millisecond {
-			errs = append(errs, fmt.Errorf("%s: %s is below 100ms", key, d))
+		if d < minReplicasInterval {
+			errs = append(errs, fmt.Errorf("%s: %s is below %s", key, d, minReplicasInterval))
 		}
 	}
 	if r.OrphanAge < minOrphanAge {

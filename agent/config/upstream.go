@@ -2,7 +2,9 @@ package config
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,13 +43,23 @@ const (
 // or ignores, by their full path.
 var upstreamKeys = map[string]upstreamKey{
 	"common.http_readtimeout": {to: "common.read_timeout", apply: func(c *Config, v *yaml.Node) error {
-		return seconds(v, &c.Common.ReadTimeout)
+		return upstreamTimeout(v, "common.read_timeout", &c.Common.ReadTimeout)
 	}},
 	"common.http_writetimeout": {to: "common.write_timeout", apply: func(c *Config, v *yaml.Node) error {
-		return seconds(v, &c.Common.WriteTimeout)
+		return upstreamTimeout(v, "common.write_timeout", &c.Common.WriteTimeout)
 	}},
 	"common.master_addr": {to: "master.addr", apply: func(c *Config, v *yaml.Node) error {
-		return v.Decode(&c.Master.Addr)
+		var s string
+		if err := v.Decode(&s); err != nil {
+			return err
+		}
+		// Upstream trims the value and falls back on its default when
+		// nothing is left.
+		if s = strings.TrimSpace(s); s == "" {
+			return ignored("blank, which upstream also takes as unset (master.addr stays %s)", c.Master.Addr)
+		}
+		c.Master.Addr = s
+		return nil
 	}},
 	"common.http_idletimeout":                           {why: "TC closes idle keep-alive connections after a fixed 2m"},
 	"common.sync_meta_data_interval":                    {why: "TC keeps no node metadata replica"},
@@ -81,16 +93,20 @@ func upstreamSection(key string) bool {
 	return false
 }
 
-// seconds reads upstream's whole seconds ("120") or a Go duration ("2m").
-func seconds(v *yaml.Node, dst *time.Duration) error {
-	s := strings.TrimSpace(v.Value)
-	if n, err := strconv.Atoi(s); err == nil {
-		*dst = time.Duration(n) * time.Second
-		return nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("%q is not whole seconds (120) or a duration (2m)", s)
+// upstreamTimeout applies one of upstream's HTTP timeouts (v) to dst, the
+// TC key named key: upstreamSeconds' reading, where a value upstream's
+// loader replaces by its default (0), or that net/http takes as no timeout
+// (below 0), leaves TC's own value.
+func upstreamTimeout(v *yaml.Node, key string, dst *time.Duration) error {
+	d, ok, err := upstreamSeconds(v.Value)
+	switch {
+	case err != nil:
+		return err
+	case !ok && d == 0:
+		return ignored("0, which upstream's loader takes as unset (%s stays %s)", key, *dst)
+	case !ok:
+		return ignored("%s, which upstream runs as no timeout at all; TC always bounds its connections (%s stays %s)",
+			strings.TrimSpace(v.Value), key, *dst)
 	}
 	*dst = d
 	return nil
@@ -114,13 +130,30 @@ func (w *walker) applyUpstream(c *Config) []error {
 		case both:
 			w.rep.warn(false, "%s (line %d) is upstream's name for %s, which the file also sets: %s ignored", key, line, u.to, key)
 		default:
-			if err := u.apply(c, w.values[key]); err != nil {
+			err := u.apply(c, w.values[key])
+			var fb *fellBack
+			switch {
+			case errors.As(err, &fb):
+				w.rep.warn(false, "%s (line %d) is %s", key, line, fb.note)
+				if !fb.applied {
+					continue
+				}
+			case err != nil:
 				errs = append(errs, fmt.Errorf("%s (line %d): %w", key, line, err))
 				continue
+			default:
+				w.rep.warn(false, "%s (line %d) is deprecated, use %s (applied)", key, line, u.to)
 			}
-			w.rep.warn(false, "%s (line %d) is deprecated, use %s (applied)", key, line, u.to)
 			w.rep.setSource(u.to, fmt.Sprintf("%s:%d (%s)", w.name, line, key))
 		}
+	}
+	// Upstream's loader takes a port of 0 as unset (its default is 8089,
+	// CubeMaster's); TC's default applies, as when the key is absent.
+	if src, ok := w.rep.sources["common.http_port"]; ok && c.Common.HTTPPort == 0 {
+		c.Common.HTTPPort = Default().Common.HTTPPort
+		w.rep.warn(false, "common.http_port (line %s) is 0, which upstream's loader takes as unset: TC's default %d applies",
+			strings.TrimPrefix(src, w.name+":"), c.Common.HTTPPort)
+		delete(w.rep.sources, "common.http_port")
 	}
 	// Upstream's loader makes mysql the default driver: a section without
 	// one is MySQL, not "no database".
@@ -134,26 +167,151 @@ func (w *walker) applyUpstream(c *Config) []error {
 }
 
 // upstreamEnv are upstream variables for settings TC reads from the file
-// only: still applied, each with a warning naming the key.
+// only: still applied, each with a warning naming the key, and read by
+// upstream's rules.
 var upstreamEnv = []envOverride{
-	{key: "build.download_jobs", names: []string{"CUBEMASTER_NATIVE_ROOTFS_EXPORT_JOBS"}, fileOnly: true,
+	{key: "build.download_jobs", names: []string{"CUBEMASTER_NATIVE_ROOTFS_EXPORT_JOBS"}, fileOnly: true, raw: true,
 		set: func(c *Config, name, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("%s: %q is not a number", name, v)
+			// Upstream reads the value as written: " 8" is not a number.
+			n, ok := upstreamAtoi(v, false)
+			if !ok {
+				return ignored("not a whole number of at least 1, which upstream also ignores (build.download_jobs stays %d)",
+					c.Build.DownloadJobs)
 			}
-			c.Build.DownloadJobs = n
-			return nil
+			return capTo(n, maxDownloadJobs, &c.Build.DownloadJobs, "upstream's cap")
 		}},
 	{key: "build.layer_cache_quota", names: []string{"CUBE_TEMPLATECENTER_LAYER_CACHE_QUOTA_BYTES"}, fileOnly: true,
 		set: func(c *Config, name, v string) error {
-			b, err := ParseByteSize(v)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+			b, ok := upstreamBytes(v)
+			if !ok {
+				return ignored("not a positive number of bytes (or a size such as 20Gi), which upstream also ignores "+
+					"(build.layer_cache_quota stays %s)", c.Build.LayerCacheQuota)
 			}
 			c.Build.LayerCacheQuota = b
 			return nil
 		}},
+}
+
+// maxDownloadJobs is build.download_jobs' limit, upstream's cap on
+// CUBEMASTER_NATIVE_ROOTFS_EXPORT_JOBS.
+const maxDownloadJobs = 32
+
+// fellBack is what the setter of an upstream variable or key returns when it
+// did not take the value as written but applied upstream's own rule for it:
+// its default (the value is ignored) or its cap. It is a warning, never an
+// error: upstream runs with such a value, so TC must too.
+type fellBack struct {
+	// note completes "NAME=VALUE is ..." and "key (line N) is ...".
+	note string
+	// applied is set when the setting took a value (a capped one).
+	applied bool
+}
+
+func (f *fellBack) Error() string { return f.note }
+
+// ignored is a fellBack that left the setting as it was.
+func ignored(format string, args ...any) error {
+	return &fellBack{note: "ignored: " + fmt.Sprintf(format, args...)}
+}
+
+// capTo sets *dst to n, or to limit when n is above it, saying whose
+// limit it is.
+func capTo(n, limit int, dst *int, whose string) error {
+	if n > limit {
+		*dst = limit
+		return &fellBack{note: fmt.Sprintf("above %s %d: %d applies", whose, limit, limit), applied: true}
+	}
+	*dst = n
+	return nil
+}
+
+// Upstream's readings of its variables, kept apart from the environment so
+// that each is tested on strings. Each returns ok false for a value
+// upstream treats as unset, falling back on its default.
+
+// upstreamAtoi is upstream's integer variables: strconv.Atoi of the value,
+// trimmed first when trim is set; a value that does not parse or is below 1
+// is unset.
+func upstreamAtoi(v string, trim bool) (int, bool) {
+	if trim {
+		v = strings.TrimSpace(v)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return n, true
+}
+
+// upstreamDuration is upstream's reconciler durations: time.ParseDuration
+// of the trimmed value; one that does not parse or is not positive is
+// unset.
+func upstreamDuration(v string) (time.Duration, bool) {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return 0, false
+	}
+	return d, true
+}
+
+// upstreamBytes is upstream's layer cache quota: a positive strconv.ParseInt
+// of the trimmed value, bytes. TC also takes its sizes (20Gi, 512MiB).
+func upstreamBytes(v string) (ByteSize, bool) {
+	b, err := ParseByteSize(v)
+	if err != nil || b <= 0 {
+		return 0, false
+	}
+	return b, true
+}
+
+// upstreamFlag is upstream's boolean variables (tcconfig's boolValue): 1,
+// true, yes and on, in any case and trimmed, are true, anything else false.
+// known is false for a value that is none of those nor 0, false, no or off:
+// upstream reads it as false without a word.
+func upstreamFlag(v string) (b, known bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
+		return true, true
+	case "0", "false", "no", "off":
+		return false, true
+	}
+	return false, false
+}
+
+// upstreamTrue is how upstream reads CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN:
+// true only for "true", in any case and trimmed. known is false for
+// anything but true and false ("1" and "yes" too: upstream keeps its
+// authentication on for them).
+func upstreamTrue(v string) (b, known bool) {
+	switch v = strings.TrimSpace(v); {
+	case strings.EqualFold(v, "true"):
+		return true, true
+	case strings.EqualFold(v, "false"):
+		return false, true
+	}
+	return false, false
+}
+
+// maxSeconds is the largest whole number of seconds a time.Duration holds.
+const maxSeconds = math.MaxInt64 / int64(time.Second)
+
+// upstreamSeconds reads one of upstream's common.http_*timeout values: an
+// int field of whole seconds to upstream ("120"), to which TC adds a Go
+// duration ("2m"). ok is false, with d zero, for 0, which upstream's loader
+// replaces by its default; false, with d negative, for a negative value,
+// which net/http runs as no timeout. Anything else that is not a number
+// is an error: upstream's loader refuses it too.
+func upstreamSeconds(s string) (d time.Duration, ok bool, err error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n > maxSeconds {
+			n = maxSeconds
+		}
+		d = time.Duration(max(n, -maxSeconds)) * time.Second
+	} else if d, err = time.ParseDuration(s); err != nil {
+		return 0, false, fmt.Errorf("%q is not whole seconds (120) or a duration (2m)", s)
+	}
+	return d, d > 0, nil
 }
 
 // ignoredVar is a group of upstream variables TC deliberately has no

@@ -86,6 +86,33 @@ func TestCheckConfigPrintsSourcesRedacted(t *testing.T) {
 	}
 }
 
+// TestCheckConfigUpstreamValues: values upstream runs with pass the
+// unit's ExecStartPre= check, read by upstream's rules and each named in a
+// warning: an upstream variable never stops the agent.
+func TestCheckConfigUpstreamValues(t *testing.T) {
+	t.Parallel()
+	path := writeConf(t, "common:\n  http_readtimeout: 0\n  master_addr: \"\"\n")
+	for _, tc := range []struct{ env, want string }{
+		{"CUBEMASTER_NATIVE_ROOTFS_EXPORT_JOBS=0", "build.download_jobs = 6  # default\n"},
+		{"CUBEMASTER_NATIVE_ROOTFS_EXPORT_JOBS=128", "build.download_jobs = 32  # env CUBEMASTER_NATIVE_ROOTFS_EXPORT_JOBS\n"},
+		{"CUBE_TEMPLATE_CENTER_MAX_CONCURRENT_BUILDS=abc", "build.max_concurrent_builds = 2  # default\n"},
+		{"CUBE_TC_RECONCILE_DISABLED=yes", "replicas.reconcile_disabled = true  # env CUBE_TC_RECONCILE_DISABLED\n"},
+	} {
+		res := runCLI(t, []string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH=" + path, tc.env}, "check-config")
+		if res.code != 0 {
+			t.Errorf("%s: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", tc.env, res.code, res.stdout, res.stderr)
+			continue
+		}
+		name, _, _ := strings.Cut(tc.env, "=")
+		for _, want := range []string{tc.want, "warning: " + name, "warning: common.http_readtimeout (line 2) is ignored",
+			"warning: common.master_addr (line 3) is ignored"} {
+			if !strings.Contains(res.stdout+res.stderr, want) {
+				t.Errorf("%s: output lacks %q:\nstdout:\n%s\nstderr:\n%s", tc.env, want, res.stdout, res.stderr)
+			}
+		}
+	}
+}
+
 // TestCheckConfigInvalid: an invalid configuration is exit 1 with every
 // error on stderr, as text and as JSON; strict mode fails on the typo.
 func TestCheckConfigInvalid(t *testing.T) {
@@ -208,13 +235,20 @@ func TestURLCredentialsRedacted(t *testing.T) {
 		t.Errorf("check-config: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 	js := runCLI(t, []string{"CUBE_MASTER_ADDR=http://cm:" + secret + "@127.0.0.1:8089"}, "check-config", "--json")
-	for name, env := range map[string]string{
-		"master":      "CUBE_MASTER_ADDR=ftp://cm:" + secret + "@127.0.0.1:8089",
-		"s3 endpoint": "CUBE_S3_ENDPOINT=http://key:" + secret + "@127.0.0.1:9000/bucket",
+	// An invalid master address stops the agent; an invalid endpoint from
+	// upstream's variable is ignored with a warning, as upstream's failing
+	// uploads leave artifacts local: both name the address without its
+	// credentials.
+	for name, tc := range map[string]struct {
+		env  string
+		code int
+	}{
+		"master":      {"CUBE_MASTER_ADDR=ftp://cm:" + secret + "@127.0.0.1:8089", 1},
+		"s3 endpoint": {"CUBE_S3_ENDPOINT=http://key:" + secret + "@127.0.0.1:9000/bucket", 0},
 	} {
-		bad := runCLI(t, []string{env, "CUBE_S3_BUCKET=b"}, "check-config")
-		if bad.code != 1 || !strings.Contains(bad.stderr, "REDACTED@127.0.0.1") {
-			t.Errorf("%s invalid: exit %d, stderr %q; want 1 naming the address without its credentials", name, bad.code, bad.stderr)
+		bad := runCLI(t, []string{tc.env, "CUBE_S3_BUCKET=b"}, "check-config")
+		if bad.code != tc.code || !strings.Contains(bad.stderr, "REDACTED@127.0.0.1") {
+			t.Errorf("%s invalid: exit %d, stderr %q; want %d naming the address without its credentials", name, bad.code, bad.stderr, tc.code)
 		}
 		res.stderr += bad.stdout + bad.stderr
 	}
