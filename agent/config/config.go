@@ -584,6 +584,18 @@ var envOverrides = []envOverride{
 	}},
 }
 
+// EnvNames returns the environment variables that set the setting key,
+// the preferred name first; none for a setting only the file holds.
+func EnvNames(key string) []string {
+	var names []string
+	for _, o := range slices.Concat(envOverrides, artifactStoreEnv, replicasEnv, upstreamEnv) {
+		if o.key == key {
+			names = append(names, o.names...)
+		}
+	}
+	return names
+}
+
 // applyEnv applies environment overrides; the first non-blank name of each
 // group wins, and a deprecated name earns a warning, as does a group whose
 // names disagree. Upstream variables TC has no use for are reported

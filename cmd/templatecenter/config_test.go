@@ -105,6 +105,36 @@ func TestFSRootNotCreatable(t *testing.T) {
 	}
 }
 
+// TestStoreDirNotCreatable: a store that cannot be created stops the
+// agent, where upstream would fall back to a directory under $TMPDIR that
+// CubeMaster never reads: the message names the directory, its key, its
+// variables, where the value came from, and that there is no fallback.
+func TestStoreDirNotCreatable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "", testToken)
+	file := filepath.Join(h.dir, "plain-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := filepath.Join(file, "CubeMaster", "storage")
+	h.set("store.dir", store)
+	h.writeConfig()
+	res := runCLI(t, h.environ())
+	if res.code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr:\n%s", res.code, res.stderr)
+	}
+	for _, w := range []string{"create the artifact store " + store, "store.dir", "CUBE_TEMPLATE_CENTER_ARTIFACT_STORE_DIR",
+		"CUBEMASTER_ROOTFS_ARTIFACT_STORE_DIR", "set by " + h.configPath + ":", "not a directory",
+		"does not fall back to $TMPDIR/cubemaster-rootfs-artifacts-store"} {
+		if !strings.Contains(res.stderr, w) {
+			t.Errorf("stderr does not mention %q:\n%s", w, res.stderr)
+		}
+	}
+	if strings.Contains(res.stderr, "msg=ready") {
+		t.Errorf("agent became ready without its store:\n%s", res.stderr)
+	}
+}
+
 // TestConfigUnknownKeyWarns: unknown keys (typos, keys of a newer version)
 // are reported but do not stop the agent.
 func TestConfigUnknownKeyWarns(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +21,31 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
+
+// noStoreFallback says why the agent stops when it cannot create its
+// store, where upstream would go on in a directory of its own.
+const noStoreFallback = "TC does not fall back to $TMPDIR/cubemaster-rootfs-artifacts-store as upstream does: " +
+	"CubeMaster serves the artifacts from this directory, and one only TC sees would lose them"
+
+// createDirs creates the store and the work directory, or says which
+// directory failed, the key and the variables that set it, where its value
+// came from and, for the store, why there is no fallback.
+func createDirs(cfg *config.Config, report *config.Report) error {
+	for _, d := range []struct{ what, key, dir, why string }{
+		{"artifact store", "store.dir", cfg.Store.Dir, noStoreFallback},
+		{"work directory", "store.work_dir", cfg.Store.WorkDir, ""},
+	} {
+		if err := os.MkdirAll(d.dir, 0o755); err != nil {
+			err = fmt.Errorf("create the %s %s (%s, or %s; set by %s): %w", d.what, d.dir, d.key,
+				strings.Join(config.EnvNames(d.key), " or "), report.Source(d.key), err)
+			if d.why != "" {
+				err = fmt.Errorf("%w; %s", err, d.why)
+			}
+			return err
+		}
+	}
+	return nil
+}
 
 // serve runs the agent with the configuration loadOpts reads.
 func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error {
@@ -49,10 +75,8 @@ func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error
 		return err
 	}
 	defer ln.Close()
-	for _, d := range []struct{ key, dir string }{{"store.dir", cfg.Store.Dir}, {"store.work_dir", cfg.Store.WorkDir}} {
-		if err := os.MkdirAll(d.dir, 0o755); err != nil {
-			return fmt.Errorf("create %s %s: %w", d.key, d.dir, err)
-		}
+	if err := createDirs(cfg, report); err != nil {
+		return err
 	}
 	sp, err := spool.Open(ctx, cfg.Spool.Path)
 	if err != nil {
