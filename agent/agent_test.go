@@ -176,6 +176,9 @@ func TestBuildStatusCodes(t *testing.T) {
 		{"Accepted", buildBody("ok-1", "img"), 200, ""},
 		{"DuplicateInFlight", buildBody("ok-1", "img"), 409, "build job already in flight"},
 		{"EnvdAccepted", withEnvd(elf, ""), 200, ""},
+		// Upstream strips docker://, then the scheme.
+		{"TransportThenScheme", buildBody("ok-2", "docker://http://harbor.internal:5000/ns/app:tag"), 200, ""},
+		{"TransportTwice", buildBody("bad-2", "docker://docker://library/nginx"), 400, "request.source_image_ref"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -190,8 +193,8 @@ func TestBuildStatusCodes(t *testing.T) {
 	}
 	// Refused requests leave no trace in the spool.
 	jobs, _ := h.sp.Jobs(context.Background(), spool.JobFilter{})
-	if len(jobs) != 2 {
-		t.Errorf("spool holds %d jobs, want the 2 accepted ones", len(jobs))
+	if len(jobs) != 3 {
+		t.Errorf("spool holds %d jobs, want the 3 accepted ones", len(jobs))
 	}
 	resp, err := http.Get(h.url + "/tc/api/v1/build")
 	if err != nil || resp.StatusCode != http.StatusMethodNotAllowed {

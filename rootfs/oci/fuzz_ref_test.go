@@ -2,13 +2,15 @@ package oci
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
 // FuzzValidateImageRef checks that ValidateImageRef never panics, fails
-// only with ErrInvalidRef, and that the canonical String of a parsed
+// only with ErrInvalidRef, that the canonical String of a parsed
 // reference parses to the same reference: parse(format(parse(s))) ==
-// parse(s).
+// parse(s), and that the docker:// transport changes nothing, as
+// upstream strips it before the scheme: parse("docker://"+s) == parse(s).
 func FuzzValidateImageRef(f *testing.F) {
 	const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	for _, s := range []string{
@@ -18,10 +20,13 @@ func FuzzValidateImageRef(f *testing.F) {
 		"oci-layout:/srv/v1.0/img@sha256:" + hex64, "docker-archive:/srv/images/app.tar",
 		"", "-x", "a//b", "http://", "oci-layout:relative", "oci-layout:/a/../b", "docker-archive:/a:b",
 		"UPPER/case", "a:b:c", "a@sha256:short", "docker://http://x", "oci-layout:/a:b/c",
+		"docker://http://harbor.internal:5000/ns/app:tag", "docker://https://registry.example/a/b:1",
+		"docker://docker://library/nginx", "http://docker://library/nginx", "https://http://x/a", "docker://http://",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		checkTransport(t, s)
 		pr, err := ValidateImageRef(s)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidRef) {
@@ -41,6 +46,22 @@ func FuzzValidateImageRef(f *testing.F) {
 			t.Fatalf("String round trip: %q then %q", canon, again.String())
 		}
 	})
+}
+
+// checkTransport checks that s and docker://s parse alike, for an s that
+// is a registry reference without the transport already.
+func checkTransport(t *testing.T, s string) {
+	if strings.HasPrefix(s, "docker://") || strings.HasPrefix(s, ociLayoutPrefix) || strings.HasPrefix(s, dockerArchivePrefix) {
+		return
+	}
+	bare, berr := ValidateImageRef(s)
+	full, ferr := ValidateImageRef("docker://" + s)
+	switch {
+	case (berr == nil) != (ferr == nil):
+		t.Fatalf("ValidateImageRef(%q) error %v, but with docker:// %v", s, berr, ferr)
+	case berr == nil && !sameRef(bare, full):
+		t.Fatalf("ValidateImageRef(%q) = %+v, but with docker:// %+v", s, bare, full)
+	}
 }
 
 // sameRef compares parsed references by what a pull uses of them.

@@ -119,11 +119,15 @@ func displayRepo(repo name.Repository) string {
 }
 
 // ValidateImageRef checks an image reference the way upstream does and parses
-// it. Registry references may carry a docker://, https:// or http:// prefix
-// (http:// selects a plain-HTTP registry); the rest must match
-// ^[A-Za-z0-9._:/@-]+$, must not start with '-', must have no empty path
-// component ("a//b", "/a", "a/") and must parse with name.ParseReference. The offline forms oci-layout:PATH[:TAG|@DIGEST] and
-// docker-archive:PATH take an absolute, clean PATH in the same character set.
+// it. Registry references may start with the transport docker://, then
+// with the scheme https:// or http:// (http:// selects a plain-HTTP
+// registry, for this reference only), each at most once, in that order:
+// docker://http://host/repo:tag is valid, docker://docker://... and
+// http://docker://... are not. The rest must match ^[A-Za-z0-9._:/@-]+$,
+// must not start with '-', must have no empty path component ("a//b",
+// "/a", "a/") and must parse with name.ParseReference. The offline forms
+// oci-layout:PATH[:TAG|@DIGEST] and docker-archive:PATH take an absolute,
+// clean PATH in the same character set.
 func ValidateImageRef(ref string) (ParsedRef, error) {
 	if ref == "" {
 		return ParsedRef{}, fmt.Errorf("%w: empty reference", ErrInvalidRef)
@@ -134,14 +138,12 @@ func ValidateImageRef(ref string) (ParsedRef, error) {
 	if rest, ok := strings.CutPrefix(ref, dockerArchivePrefix); ok {
 		return parseArchiveRef(ref, rest)
 	}
-	rest, plainHTTP := ref, false
-	switch {
-	case strings.HasPrefix(ref, "docker://"):
-		rest = strings.TrimPrefix(ref, "docker://")
-	case strings.HasPrefix(ref, "https://"):
-		rest = strings.TrimPrefix(ref, "https://")
-	case strings.HasPrefix(ref, "http://"):
-		rest, plainHTTP = strings.TrimPrefix(ref, "http://"), true
+	// Upstream strips the transport, then the scheme.
+	rest, plainHTTP := strings.TrimPrefix(ref, "docker://"), false
+	if r, ok := strings.CutPrefix(rest, "https://"); ok {
+		rest = r
+	} else if r, ok := strings.CutPrefix(rest, "http://"); ok {
+		rest, plainHTTP = r, true
 	}
 	if err := checkChars(ref, rest); err != nil {
 		return ParsedRef{}, err

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -23,6 +24,9 @@ func TestValidateImageRef(t *testing.T) {
 		{ref: "https://registry.example:5000/a/b@sha256:" + hex64, kind: KindRegistry, name: "registry.example:5000/a/b@sha256:" + hex64, source: "registry.example:5000/a/b"},
 		{ref: "http://registry.example:5000/a/b:tag", kind: KindRegistry, plainHTTP: true, name: "registry.example:5000/a/b:tag", source: "registry.example:5000/a/b"},
 		{ref: "localhost:5000/x_y-z.w", kind: KindRegistry, name: "localhost:5000/x_y-z.w:latest", source: "localhost:5000/x_y-z.w"},
+		// Upstream strips the transport, then the scheme.
+		{ref: "docker://http://harbor.internal:5000/ns/app:tag", kind: KindRegistry, plainHTTP: true, name: "harbor.internal:5000/ns/app:tag", source: "harbor.internal:5000/ns/app"},
+		{ref: "docker://https://registry.example/a/b:1", kind: KindRegistry, name: "registry.example/a/b:1", source: "registry.example/a/b"},
 		{ref: "oci-layout:/srv/img", kind: KindOCILayout, source: "oci-layout:/srv/img", path: "/srv/img"},
 		{ref: "oci-layout:/srv/img:v1.2", kind: KindOCILayout, source: "oci-layout:/srv/img", path: "/srv/img", tag: "v1.2"},
 		{ref: "oci-layout:/srv/v1.0/img@sha256:" + hex64, kind: KindOCILayout, source: "oci-layout:/srv/v1.0/img", path: "/srv/v1.0/img", digst: "sha256:" + hex64},
@@ -85,7 +89,14 @@ func TestValidateImageRef(t *testing.T) {
 		"a/:tag",
 		"docker://",
 		"http://",
-		"docker://http://example.com/a",
+		"docker://http://",
+		"docker://https://",
+		"docker://docker://library/nginx",
+		"http://docker://library/nginx",
+		"https://http://example.com/a",
+		"http://http://example.com/a",
+		"docker://http://-x",
+		"docker://http://a//b",
 		"oci-layout:relative/dir",
 		"oci-layout:/srv/../etc",
 		"oci-layout:/srv/img/",
@@ -109,5 +120,67 @@ func TestValidateImageRef(t *testing.T) {
 				t.Errorf("ValidateImageRef(%q) error %v is not ErrInvalidRef", ref, err)
 			}
 		})
+	}
+}
+
+// TestValidateImageRefAsUpstream: the references upstream's own test
+// (pkg/image TestValidateImageRef) accepts are accepted, and those it
+// refuses are refused.
+func TestValidateImageRefAsUpstream(t *testing.T) {
+	valid := []string{
+		"docker://registry.example.com/image:latest",
+		"http://harbor.internal:5000/ns/app:tag",
+		"https://registry.example.com/image:latest",
+		"docker://http://harbor.internal:5000/ns/app:tag",
+		"registry.example.com:5000/ns/app:1.2.3",
+		"nginx",
+		"library/nginx",
+		"library/nginx@sha256:" + strings.Repeat("a", 64),
+		"reg.io/my_app.name/sub-component:tag_1.0",
+	}
+	for _, ref := range valid {
+		if _, err := ValidateImageRef(ref); err != nil {
+			t.Errorf("ValidateImageRef(%q) = %v; upstream accepts it", ref, err)
+		}
+	}
+	invalid := []string{
+		"", "docker://", "http://", "-rm -rf", "--authfile=/etc/shadow",
+		"registry.example.com/image --authfile /etc/shadow", "registry.example.com/image\t--flag",
+		"registry.example.com/image\n--flag", "image;rm -rf /", "image$(whoami)", "image`whoami`",
+		"library/nginx:", "library/nginx@sha256:not-a-digest", "docker://docker://library/nginx",
+	}
+	for _, ref := range invalid {
+		if pr, err := ValidateImageRef(ref); err == nil {
+			t.Errorf("ValidateImageRef(%q) = %+v; upstream refuses it", ref, pr)
+		}
+	}
+}
+
+// TestPlainHTTPReferenceKeepsThePolicy: a reference that asks for plain
+// HTTP (http://, after docker:// too) is pulled over plain HTTP, but is
+// not a registry the operator listed: the host's own addresses stay
+// refused until registry.insecure (or a mirror, or allow_networks) names
+// it.
+func TestPlainHTTPReferenceKeepsThePolicy(t *testing.T) {
+	img := testImage(t, 1, 512)
+	want := compressedLayers(t, img)
+	reg := newTestRegistry(t, nil) // plain HTTP, on 127.0.0.1
+	push(t, reg.host+"/ns/app:tag", img)
+	refs := []string{"docker://http://" + reg.host + "/ns/app:tag", "http://" + reg.host + "/ns/app:tag"}
+	ctx := context.Background()
+
+	strict := newStrictPuller(t, Options{})
+	for _, ref := range refs {
+		_, err := strict.Resolve(ctx, Source{Ref: ref})
+		if !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "is loopback, denied by default") {
+			t.Errorf("Resolve(%q) with loopback denied: %v; want the loopback refusal", ref, err)
+		}
+	}
+	listed := newStrictPuller(t, Options{Insecure: []string{reg.host}})
+	allowed := newTestPuller(t, Options{})
+	for _, p := range []*Puller{listed, allowed} {
+		for _, ref := range refs {
+			fetchAll(t, p, Source{Ref: ref}, want)
+		}
 	}
 }
