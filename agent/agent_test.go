@@ -32,8 +32,8 @@ import (
 
 var canonicalOrder = []string{"RUNNING/PULLING/5", "RUNNING/UNPACKING/20", "fingerprint", "RUNNING/BUILDING_EXT4/40", "pull", "BUILT/READY/100"}
 
-// isSubsequence reports whether got appears in want's order (reports of the
-// same kind may be coalesced, never reordered).
+// isSubsequence reports whether got appears in want's order (pull reports,
+// and heartbeats within a phase, may be coalesced; nothing is reordered).
 func isSubsequence(got, want []string) bool {
 	i := 0
 	for _, g := range got {
@@ -57,6 +57,9 @@ func TestBuildSuccessReportsInOrder(t *testing.T) {
 	got := statusPhases(h.master.Callbacks("job-1"))
 	if !isSubsequence(got, canonicalOrder) || !slices.Contains(got, "fingerprint") || got[len(got)-1] != "BUILT/READY/100" {
 		t.Fatalf("reports = %v, want an in-order subsequence of %v ending in BUILT", got, canonicalOrder)
+	}
+	if phases := withStatus(got); !slices.Equal(phases, upstreamPhases) {
+		t.Errorf("status reports = %v, want upstream's %v", phases, upstreamPhases)
 	}
 	for _, c := range h.master.All() {
 		if c.Token != testToken {
@@ -118,6 +121,46 @@ func waitOutboxEmpty(t *testing.T, h *harness) {
 	}
 	reps, _ := h.sp.Reports(context.Background(), "")
 	t.Fatalf("outbox never drained: %+v", reps)
+}
+
+// upstreamPhases are the status reports upstream sends for a fresh build,
+// in order; CubeMaster must see each, however briefly a phase lasts.
+var upstreamPhases = []string{"RUNNING/PULLING/5", "RUNNING/UNPACKING/20", "RUNNING/BUILDING_EXT4/40", "BUILT/READY/100"}
+
+// withStatus keeps the reports that carry a status.
+func withStatus(reports []string) []string {
+	var out []string
+	for _, r := range reports {
+		if strings.Contains(r, "/") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestEveryPhaseReachesCubeMaster: while CubeMaster answers 503, a build
+// runs to its end and its reports pile up in the outbox; once CubeMaster
+// answers again it gets every phase upstream sends, in upstream's order,
+// not only the latest. A phase that lasted a moment (UNPACKING here) is
+// reported all the same.
+func TestEveryPhaseReachesCubeMaster(t *testing.T) {
+	h := newHarness(t, func(c *config.Config) {
+		// Held reports must outlast the hold.
+		c.Master.ProgressAttempts = 100
+	})
+	h.start()
+	for _, id := range []string{"held-1", "held-2", "held-3"} {
+		h.master.Hold()
+		h.submit(id, "busybox:"+id)
+		h.waitJob(id, spool.StateBuilt)
+		h.master.Release()
+		h.terminal(id)
+		got := statusPhases(h.master.Callbacks(id))
+		want := []string{"RUNNING/PULLING/5", "RUNNING/UNPACKING/20", "fingerprint", "RUNNING/BUILDING_EXT4/40", "pull", "BUILT/READY/100"}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: CubeMaster got %v\nwant %v", id, got, want)
+		}
+	}
 }
 
 func TestBuildStatusCodes(t *testing.T) {

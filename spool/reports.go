@@ -8,9 +8,17 @@ import (
 	"time"
 )
 
-// Report kinds. Non-terminal reports of one kind supersede each other: only
-// the newest undelivered one of a kind is kept per job.
+// Report kinds. An undelivered non-terminal report is superseded by a
+// newer one of its kind for its job, except that a phase report never is
+// and a heartbeat supersedes only the heartbeats of its phase: every change
+// of phase reaches CubeMaster, in order, however far delivery lags.
 const (
+	// KindPhase is a change of phase; never superseded.
+	KindPhase = "phase"
+	// KindStatus is a heartbeat within a phase: it supersedes the job's
+	// undelivered heartbeats queued after its latest phase report, which
+	// are the ones of the same phase (earlier ones come before that report
+	// and are delivered first).
 	KindStatus      = "status"
 	KindFingerprint = "fingerprint"
 	KindPull        = "pull"
@@ -70,9 +78,10 @@ func (s *Spool) addReport(ctx context.Context, tx *sql.Tx, id string, r Report) 
 	if r.Kind == "" {
 		return fmt.Errorf("add report for job %s: empty kind", id)
 	}
-	if !r.Terminal {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM reports WHERE job_id = ? AND kind = ? AND terminal = 0",
-			id, r.Kind); err != nil {
+	if !r.Terminal && r.Kind != KindPhase {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM reports WHERE job_id = ? AND kind = ? AND terminal = 0
+			AND (kind <> ? OR id > COALESCE((SELECT MAX(id) FROM reports WHERE job_id = ? AND kind = ?), 0))`,
+			id, r.Kind, KindStatus, id, KindPhase); err != nil {
 			return fmt.Errorf("coalesce %s reports of job %s: %w", r.Kind, id, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -302,6 +303,57 @@ func TestFinishedJobTakesNoMoreChange(t *testing.T) {
 	}
 	if err := s.AddReport(ctx, "missing", Report{Kind: KindPull, Body: []byte(`{}`)}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("AddReport of unknown job = %v, want ErrNotFound", err)
+	}
+}
+
+// TestPhaseReportsAreNeverSuperseded: however far delivery lags, every
+// phase report stays, in order; a heartbeat supersedes only the
+// heartbeats of its phase, never a phase report nor another phase's.
+func TestPhaseReportsAreNeverSuperseded(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	mustEnqueue(t, s, "j")
+	add := func(kind, body string) {
+		t.Helper()
+		if err := s.SetProgress(ctx, "j", "X", 5, &Report{Kind: kind, Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(KindPhase, "PULLING/5")
+	add(KindStatus, "PULLING/5 beat")
+	add(KindPhase, "UNPACKING/20")
+	add(KindFingerprint, "fingerprint")
+	add(KindPhase, "BUILDING_EXT4/40")
+	add(KindStatus, "BUILDING_EXT4/50 beat")
+	add(KindPull, "pull")
+	add(KindStatus, "BUILDING_EXT4/60 beat") // supersedes the 50 beat only
+	outbox := func() []string {
+		t.Helper()
+		reps, err := s.Reports(ctx, "j")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range reps {
+			got = append(got, string(r.Body))
+		}
+		return got
+	}
+	want := []string{"PULLING/5", "PULLING/5 beat", "UNPACKING/20", "fingerprint", "BUILDING_EXT4/40", "pull", "BUILDING_EXT4/60 beat"}
+	if got := outbox(); !slices.Equal(got, want) {
+		t.Errorf("outbox = %q\nwant     %q", got, want)
+	}
+	// Once a phase report is delivered, the heartbeats after it are still
+	// of its phase, and still supersede each other.
+	reps, _ := s.Reports(ctx, "j")
+	for _, r := range reps[:5] {
+		if err := s.RemoveReport(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(KindStatus, "BUILDING_EXT4/70 beat")
+	if got, want := outbox(), []string{"pull", "BUILDING_EXT4/70 beat"}; !slices.Equal(got, want) {
+		t.Errorf("outbox after delivery = %q, want %q", got, want)
 	}
 }
 

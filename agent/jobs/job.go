@@ -235,13 +235,14 @@ func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Buil
 	return out, err
 }
 
-// setPhase records a phase change and reports it.
+// setPhase records a phase change and reports it; the report is never
+// superseded, so CubeMaster sees every phase, however brief.
 func (r *jobRun) setPhase(ctx context.Context, phase string, progress int) {
 	r.mu.Lock()
 	r.enterPhaseLocked(phase, time.Now())
 	r.phase, r.progress = phase, progress
 	r.mu.Unlock()
-	r.persistProgress(ctx, true)
+	r.persistProgress(ctx, spool.KindPhase)
 }
 
 func (r *jobRun) phaseNow() string {
@@ -289,27 +290,25 @@ func (r *jobRun) heartbeat(ctx context.Context) {
 			timer.Stop()
 			r.persistPull(ctx, true)
 		case <-timer.C:
-			r.persistProgress(ctx, true)
+			r.persistProgress(ctx, spool.KindStatus)
 			r.persistPull(ctx, false)
 		}
 	}
 }
 
-// persistProgress stores the current phase/progress and, when send is set,
-// queues it as a RUNNING report.
-func (r *jobRun) persistProgress(ctx context.Context, send bool) {
+// persistProgress stores the current phase/progress and queues it as a
+// RUNNING report of kind: spool.KindPhase for a change of phase,
+// spool.KindStatus for a heartbeat.
+func (r *jobRun) persistProgress(ctx context.Context, kind string) {
 	r.mu.Lock()
 	phase, progress := r.phase, r.progress
 	r.mu.Unlock()
-	var rep *spool.Report
-	if send {
-		body, err := api.RunningReport(phase, progress).Encode()
-		if err != nil {
-			r.log.Warn("record progress", "err", err)
-			return
-		}
-		rep = &spool.Report{Kind: spool.KindStatus, Body: body}
+	body, err := api.RunningReport(phase, progress).Encode()
+	if err != nil {
+		r.log.Warn("record progress", "err", err)
+		return
 	}
+	rep := &spool.Report{Kind: kind, Body: body}
 	if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
 		if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
 			r.log.Warn("record progress", "err", err)
