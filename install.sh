@@ -393,7 +393,9 @@ install_file() { # MODE SRC DST: atomic replace
 install_unit() { # NAME
 	local dst=$D$UNIT_DIR/$1
 	install -d -m 0755 "$(dirname "$dst")"
-	sed "s#^ExecStart=/usr/bin/templatecenter#ExecStart=$BIN#" "$SRC/systemd/$1" >"$dst.new"
+	# Every Exec line that runs the agent (ExecStart=, ExecStartPre=,
+	# ExecReload=) runs the installed binary.
+	sed "s#^\(Exec[A-Za-z]*=\)/usr/bin/templatecenter #\1$BIN #" "$SRC/systemd/$1" >"$dst.new"
 	chmod 0644 "$dst.new"
 	mv -f "$dst.new" "$dst"
 }

@@ -2,8 +2,8 @@
 # Usage: packaging/check-units.sh BINARY MAX_EXPOSURE
 # Verifies the units in systemd/ offline: `systemd-analyze verify` must print
 # nothing, and `systemd-analyze security --offline=true` must rate the
-# service at most MAX_EXPOSURE (e.g. 3.0). verify needs ExecStart's binary to
-# exist, so copies of the units point at BINARY.
+# service at most MAX_EXPOSURE (e.g. 3.0). verify needs the Exec lines'
+# binary to exist, so copies of the units point at BINARY.
 set -eu
 
 bin=$(readlink -f "$1")
@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 for u in "$here"/systemd/*.service "$here"/systemd/*.socket; do
-	sed -e "s#^ExecStart=/usr/bin/templatecenter #ExecStart=$bin #" -e "s#=templatecenter #=$bin #" "$u" >"$tmp/$(basename "$u")"
+	sed -e "s#^\(Exec[A-Za-z]*=\)/usr/bin/templatecenter #\1$bin #" "$u" >"$tmp/$(basename "$u")"
 done
 cd "$tmp"
 if ! out=$(systemd-analyze verify --man=no ./*.socket ./*.service 2>&1) || [ -n "$out" ]; then

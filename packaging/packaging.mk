@@ -79,8 +79,8 @@ pkg-stage: build-deps
 	     "$$(git log -1 --format=%cD 2>/dev/null || date -R)"; } \
 	  | gzip -9n > $(PKG_STAGE)/changelog.Debian.gz
 
-# check-units runs systemd-analyze on copies of the units whose ExecStart
-# points at a freshly built binary (verify needs it to exist): any output of
+# check-units runs systemd-analyze on copies of the units whose Exec lines
+# point at a freshly built binary (verify needs it to exist): any output of
 # verify fails, and so does an exposure score above UNIT_SECURITY_MAX.
 check-units: pkg-stage
 	packaging/check-units.sh $(PKG_STAGE)/templatecenter $(UNIT_SECURITY_MAX)

@@ -84,8 +84,16 @@ func TestInstallScriptStaging(t *testing.T) {
 		t.Errorf("staged %q, want %d files", found, len(want))
 	}
 	unit, _ := os.ReadFile(filepath.Join(dest, "etc/systemd/system", serviceUnit))
-	if !strings.Contains(string(unit), "\nExecStart=/usr/local/bin/templatecenter serve\n") {
-		t.Errorf("staged unit does not run /usr/local/bin/templatecenter:\n%s", unit)
+	for _, line := range []string{"ExecStart=/usr/local/bin/templatecenter serve", "ExecStartPre=/usr/local/bin/templatecenter check-config -q",
+		"ExecReload=/usr/local/bin/templatecenter check-config -q"} {
+		if !strings.Contains(string(unit), "\n"+line+"\n") {
+			t.Errorf("staged unit lacks %s:\n%s", line, unit)
+		}
+	}
+	for _, line := range strings.Split(string(unit), "\n") {
+		if strings.HasPrefix(line, "Exec") && strings.Contains(line, "/usr/bin/templatecenter") {
+			t.Errorf("staged unit still runs /usr/bin/templatecenter: %s", line)
+		}
 	}
 	envPath := filepath.Join(dest, "etc/cube-templatecenter/templatecenter.env")
 	env, _ := os.ReadFile(envPath)

@@ -20,9 +20,11 @@ import (
 // service may have (issue 4).
 const maxExposure = 3.0
 
-// unitCopies copies the units to a temporary directory with ExecStart
-// and check-config's lines pointing at an existing executable, as systemd-analyze verify requires.
-// Verification only needs the path to exist, so the test binary stands in.
+// unitCopies copies the units to a temporary directory with the Exec lines
+// that run /usr/bin/templatecenter pointing at an existing executable, as
+// systemd-analyze verify requires, as install.sh and check-units.sh
+// rewrite them. Verification only needs the path to exist, so the test
+// binary stands in.
 func unitCopies(t *testing.T) string {
 	t.Helper()
 	exe, err := os.Executable()
@@ -35,10 +37,7 @@ func unitCopies(t *testing.T) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := strings.ReplaceAll(string(data), "ExecStart=/usr/bin/templatecenter ", "ExecStart="+exe+" ")
-		// ExecStartPre= and ExecReload= run check-config by name, found in
-		// systemd's search path where the agent is installed.
-		text = strings.ReplaceAll(text, "=templatecenter ", "="+exe+" ")
+		text := strings.ReplaceAll(string(data), "=/usr/bin/templatecenter ", "="+exe+" ")
 		if name == serviceUnit && text == string(data) {
 			t.Fatalf("%s has no ExecStart=/usr/bin/templatecenter line", name)
 		}
@@ -142,8 +141,8 @@ func TestUnitsContract(t *testing.T) {
 		{svc, "Restart", "on-failure"},
 		// A reload (and a start) is refused, visibly, when the configuration
 		// is invalid: check-config runs first.
-		{svc, "ExecStartPre", "templatecenter check-config -q"},
-		{svc, "ExecReload", "templatecenter check-config -q"},
+		{svc, "ExecStartPre", "/usr/bin/templatecenter check-config -q"},
+		{svc, "ExecReload", "/usr/bin/templatecenter check-config -q"},
 		{svc, "Environment", "CUBE_TEMPLATE_CENTER_CONFIG_PATH=/etc/cube-templatecenter/conf.yaml"},
 		{svc, "EnvironmentFile", "-/etc/cube-templatecenter/templatecenter.env"},
 		{svc, "User", "cube-templatecenter"},
@@ -168,7 +167,7 @@ func TestUnitsContract(t *testing.T) {
 			t.Errorf("%s=%q, want %q", w.key, got, w.val)
 		}
 	}
-	if got := svc["ExecReload"]; len(got) != 2 || got[1] != "kill -HUP $MAINPID" {
+	if got := svc["ExecReload"]; len(got) != 2 || got[1] != "/bin/kill -HUP $MAINPID" {
 		t.Errorf("ExecReload=%q, want check-config, then the signal", got)
 	}
 	if got := svc["RequiresMountsFor"]; len(got) != 1 || !strings.Contains(" "+got[0]+" ", " "+config.Default().Store.Dir+" ") {
@@ -187,6 +186,28 @@ func TestUnitsContract(t *testing.T) {
 	}
 	if wd := duration(t, svc, "WatchdogSec"); wd < 10*time.Second {
 		t.Errorf("WatchdogSec=%s is too tight for a spool probe under load", wd)
+	}
+}
+
+// TestUnitsExecAbsolute: every command a unit runs is an absolute path,
+// as Debian's and Fedora's units have them: systemd-analyze verify then
+// checks each where it is installed, and never reports "Command
+// templatecenter is not executable" on a host where the search path
+// does not find it (the binary not yet installed, or in /usr/local/bin).
+func TestUnitsExecAbsolute(t *testing.T) {
+	for _, name := range []string{serviceUnit, socketUnit} {
+		for key, values := range unitKeys(t, name) {
+			if !strings.HasPrefix(key, "Exec") {
+				continue
+			}
+			for _, v := range values {
+				// systemd's prefixes: ignore failure, argv[0], privileges.
+				cmd := strings.TrimLeft(v, "-@:+!|")
+				if argv := strings.Fields(cmd); len(argv) == 0 || !filepath.IsAbs(argv[0]) {
+					t.Errorf("%s: %s=%s does not run an absolute path", name, key, v)
+				}
+			}
+		}
 	}
 }
 
