@@ -321,3 +321,69 @@ func TestTestOnlyCatch(t *testing.T) {
 		t.Errorf("testOnlyViolations = %q, want %q", got, want)
 	}
 }
+
+// packageMap reads the packages docs/packages.md names: the backticked
+// names in the first column of its tables, "x/*" and "x/..." meaning x's
+// subpackages.
+func packageMap(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile("../../docs/packages.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for line := range strings.Lines(string(raw)) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		for _, part := range strings.Split(cells[1], ",") {
+			names = append(names, strings.Trim(strings.TrimSpace(part), "`"))
+		}
+	}
+	return names
+}
+
+// mapCovers reports whether a package map entry names pkg.
+func mapCovers(entry, pkg string) bool {
+	if base, ok := strings.CutSuffix(entry, "/*"); ok {
+		return strings.HasPrefix(pkg, base+"/")
+	}
+	return match(entry, pkg)
+}
+
+// TestPackageMapMatchesTree: docs/packages.md names every package of the
+// module, names none that does not exist, and names every package the
+// rules above place one by one: the map and the rules describe one tree.
+func TestPackageMapMatchesTree(t *testing.T) {
+	graph, _ := projectGraph(t)
+	entries := packageMap(t)
+	if len(entries) < 10 {
+		t.Fatalf("read only %d packages from docs/packages.md: is its table format changed?", len(entries))
+	}
+	for pkg := range graph {
+		if !slices.ContainsFunc(entries, func(e string) bool { return mapCovers(e, pkg) }) {
+			t.Errorf("docs/packages.md does not name package %s", pkg)
+		}
+	}
+	for _, e := range entries {
+		found := false
+		for pkg := range graph {
+			if mapCovers(e, pkg) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("docs/packages.md names %s, which is no package of the module", e)
+		}
+	}
+	for _, r := range rules {
+		if strings.HasSuffix(r.pkg, "/...") {
+			continue
+		}
+		if !slices.ContainsFunc(entries, func(e string) bool { return mapCovers(e, r.pkg) }) {
+			t.Errorf("the rules place %s, but docs/packages.md does not name it", r.pkg)
+		}
+	}
+}
