@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
 )
 
@@ -35,7 +37,7 @@ func TestLiveProgressInRedis(t *testing.T) {
 	h.submit("job-live", "alpine:3")
 	<-entered
 	key := liveprogress.Key("job-live")
-	waitFor(t, "the progress hash", func() bool {
+	wait.For(t, "the progress hash", func() bool {
 		v, err := rdb.HGet(ctx, key, "pull_total_bytes").Result()
 		return err == nil && v == "1000"
 	})
@@ -53,7 +55,7 @@ func TestLiveProgressInRedis(t *testing.T) {
 	if cb := h.terminal("job-live"); cb.Field("status") != "BUILT" {
 		t.Fatalf("terminal report: %v", cb.Body)
 	}
-	waitFor(t, "the progress hash to go", func() bool { return rdb.Exists(ctx, key).Val() == 0 })
+	wait.For(t, "the progress hash to go", func() bool { return rdb.Exists(ctx, key).Val() == 0 })
 
 	stopServer(t, srv)
 	h.builder.beforePublish = nil

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
@@ -335,7 +337,7 @@ func TestProbeDetailNeedsToken(t *testing.T) {
 	if _, b := h.health(true); b.Space["store"].Dir != h.cfg.Store.Dir {
 		t.Errorf("/health with the token lacks the store's space: %+v", b.Space)
 	}
-	waitFor(t, "the status line naming the store", func() bool {
+	wait.For(t, "the status line naming the store", func() bool {
 		return slices.ContainsFunc(h.notifications(), func(n string) bool {
 			return strings.HasPrefix(n, "STATUS=") && strings.HasSuffix(n, "; not ready: store")
 		})

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
@@ -124,7 +126,7 @@ func (rs *replicaSet) contend(a, b *harness) chan struct{} {
 	rs.submit(a, "job-a", "alpine:3")
 	<-entered
 	rs.submit(b, "job-b", "alpine:3")
-	waitFor(rs.t, "replica B to wait for the lock", func() bool {
+	wait.For(rs.t, "replica B to wait for the lock", func() bool {
 		return b.metric("replica_lock_waits_total") == 1
 	})
 	return release
@@ -160,18 +162,6 @@ func (rs *replicaSet) artifactRows() map[string]string {
 		out[id] = status
 	}
 	return out
-}
-
-// waitFor polls cond until it holds or 20 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // TestReplicasShareOneBuild: while replica A builds a spec under its lock,
@@ -384,7 +374,7 @@ func TestSweepDeletesStaleCleanups(t *testing.T) {
 			disabled.stop()
 
 			sweeper := rs.replica(false, func(c *config.Config) { c.Replicas.ReconcileInterval = 100 * time.Millisecond })
-			waitFor(t, "a sweep", func() bool {
+			wait.For(t, "a sweep", func() bool {
 				return sweeper.metric("reconcile_sweeps_total", "result", "done") >= 1
 			})
 			if got := sweeper.metric("reconcile_deleted_total"); got != 1 {
@@ -413,7 +403,7 @@ func TestBuildLockLostWithDatabase(t *testing.T) {
 			rs.submit(h, "job-1", "alpine:3")
 			<-entered
 			restart := stopServer(t, rs.srv)
-			waitFor(t, "the lock loss", func() bool { return h.metric("replica_lock_losses_total") >= 1 })
+			wait.For(t, "the lock loss", func() bool { return h.metric("replica_lock_losses_total") >= 1 })
 			close(release)
 			if cb := h.terminal("job-1"); cb.Field("status") != "BUILT" {
 				t.Fatalf("build with the database gone: %v", cb.Body)
@@ -466,7 +456,7 @@ func TestOrphanedLocalCopyRemoved(t *testing.T) {
 			if code, body, err := other.master.DeleteArtifact(context.Background(), other.url, testToken, id); err != nil || code != http.StatusOK {
 				t.Fatalf("delete through the other replica = %d %s %v", code, body, err)
 			}
-			waitFor(t, "the orphaned copy to go", func() bool {
+			wait.For(t, "the orphaned copy to go", func() bool {
 				return builder.metric("reconcile_local_removed_total") == 1
 			})
 			if _, err := os.Stat(filepath.Join(builder.cfg.Store.Dir, id)); !errors.Is(err, os.ErrNotExist) {
@@ -482,7 +472,7 @@ func TestOrphanedLocalCopyRemoved(t *testing.T) {
 			}
 			builder.waitJob("job-2", "built")
 			sweeps := builder.metric("reconcile_sweeps_total", "result", "done")
-			waitFor(t, "two more reconcile passes", func() bool {
+			wait.For(t, "two more reconcile passes", func() bool {
 				return builder.metric("reconcile_sweeps_total", "result", "done") >= sweeps+2
 			})
 			j, err := builder.sp.Job(context.Background(), "job-2")
@@ -721,13 +711,13 @@ func TestLostLockWaitsBeforePublish(t *testing.T) {
 			}
 			defer db.Close()
 			var other *masterdb.Lock
-			waitFor(t, "another replica to take the lost lock", func() bool {
+			wait.For(t, "another replica to take the lost lock", func() bool {
 				l, ok, err := db.TryLock(ctx, name, masterdb.LockOptions{Keepalive: time.Hour})
 				other = l
 				return err == nil && ok
 			})
 			close(release)
-			waitFor(t, "the build to find its lock lost", func() bool {
+			wait.For(t, "the build to find its lock lost", func() bool {
 				return h.metric("replica_publish_lock_lost_total") == 1
 			})
 			if names := rs.objectNames(); len(names) != 0 {
@@ -764,7 +754,7 @@ func TestOrphanAgeCountsFromDelivery(t *testing.T) {
 	passes := func(n float64) {
 		t.Helper()
 		done := h.metric("reconcile_sweeps_total", "result", "done")
-		waitFor(t, "reconcile passes", func() bool {
+		wait.For(t, "reconcile passes", func() bool {
 			return h.metric("reconcile_sweeps_total", "result", "done") >= done+n
 		})
 	}
@@ -801,7 +791,7 @@ func TestOrphanAgeCountsFromDelivery(t *testing.T) {
 	if _, err := rs.seed.Exec("DELETE FROM t_cube_rootfs_artifact WHERE artifact_id = ?", j.ArtifactID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the orphaned copy to go", func() bool { return h.metric("reconcile_local_removed_total") == 1 })
+	wait.For(t, "the orphaned copy to go", func() bool { return h.metric("reconcile_local_removed_total") == 1 })
 	if _, err := os.Stat(copyPath); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("orphaned copy after its removal: %v", err)
 	}

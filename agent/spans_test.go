@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -247,7 +249,7 @@ func TestBuildSpanCancelled(t *testing.T) {
 	}
 	h.terminal("cancel-me")
 	var build sdktrace.ReadOnlySpan
-	waitFor(t, "the build span to end", func() bool {
+	wait.For(t, "the build span to end", func() bool {
 		build = spansByName(rec.Ended())[tracing.SpanBuild]
 		return build != nil
 	})
@@ -272,7 +274,7 @@ func TestLockWaitSpan(t *testing.T) {
 		t.Fatalf("B ended %v", cb.Body)
 	}
 	var build sdktrace.ReadOnlySpan
-	waitFor(t, "B's build span", func() bool {
+	wait.For(t, "B's build span", func() bool {
 		for _, s := range rec.Ended() {
 			if v, _ := attrOf(s, tracing.AttrJobID); s.Name() == tracing.SpanBuild && v.AsString() == "job-b" {
 				build = s

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 )
 
@@ -62,7 +64,7 @@ func TestPlainHTTPTokenWarningAtStart(t *testing.T) {
 		c.Master.Addr, c.Master.Token = "http://192.0.2.7:8089", testToken
 	})
 	h.start()
-	waitFor(t, "the plain-http warning", func() bool {
+	wait.For(t, "the plain-http warning", func() bool {
 		line, ok := findLogLine(h.logs.String(), "shared token goes to CubeMaster over plain http")
 		return ok && strings.Contains(line, "host=192.0.2.7")
 	})

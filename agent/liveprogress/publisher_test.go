@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -36,18 +38,6 @@ func TestMain(m *testing.M) {
 
 // waitDeadline bounds every wait for the publisher's background work.
 const waitDeadline = 30 * time.Second
-
-// waitFor polls cond until it holds, failing the test after waitDeadline.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(waitDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("waited %s for %s", waitDeadline, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // newPublisher opens a publisher of srv with opts' rate settings and
 // closes it at cleanup.
@@ -148,7 +138,7 @@ func TestWriteFieldsAndTTL(t *testing.T) {
 		}
 		before := time.Now().UnixMilli()
 		p.Update(job, pullOf(n))
-		waitFor(t, fmt.Sprintf("write %d", i), func() bool { return fields(t, c, job)["pull_downloaded_bytes"] == strconv.FormatInt(n, 10) })
+		wait.For(t, fmt.Sprintf("write %d", i), func() bool { return fields(t, c, job)["pull_downloaded_bytes"] == strconv.FormatInt(n, 10) })
 		after := time.Now().UnixMilli() // updated_at_ms is the write's time
 		got := fields(t, c, job)
 		want := map[string]string{"job_id": job, "pull_total_bytes": "1073741824", "pull_downloaded_bytes": strconv.FormatInt(n, 10),
@@ -248,7 +238,7 @@ func TestRateLimitAndFinish(t *testing.T) {
 	for _, job := range jobs {
 		p.Update(job, pullOf(1))
 	}
-	waitFor(t, "the first writes", func() bool { return testutil.ToFloat64(p.writes) == float64(len(jobs)) })
+	wait.For(t, "the first writes", func() bool { return testutil.ToFloat64(p.writes) == float64(len(jobs)) })
 	const updates = 500
 	var wg sync.WaitGroup
 	for _, job := range jobs {
@@ -265,7 +255,7 @@ func TestRateLimitAndFinish(t *testing.T) {
 		}
 		p.Finish(job)
 	}
-	waitFor(t, "the deletes", func() bool { return testutil.ToFloat64(p.deletes) == float64(len(jobs)) })
+	wait.For(t, "the deletes", func() bool { return testutil.ToFloat64(p.deletes) == float64(len(jobs)) })
 	for _, job := range jobs {
 		if exists(t, c, job) {
 			t.Errorf("%s: key left after Finish", job)
@@ -279,7 +269,7 @@ func TestRateLimitAndFinish(t *testing.T) {
 	for _, job := range jobs {
 		key := Key(job)
 		var seen [][]string
-		waitFor(t, "MONITOR to show "+job+"'s deletion", func() bool {
+		wait.For(t, "MONITOR to show "+job+"'s deletion", func() bool {
 			seen = mon.commands(key)
 			return len(seen) > 0 && seen[len(seen)-1][0] == "del"
 		})
@@ -316,16 +306,16 @@ func TestMaxJobs(t *testing.T) {
 	if d := testutil.ToFloat64(p.dropped.WithLabelValues("full")); d != 1 {
 		t.Fatalf("dropped{full} = %v, want 1", d)
 	}
-	waitFor(t, "two writes", func() bool { return testutil.ToFloat64(p.writes) == 2 })
+	wait.For(t, "two writes", func() bool { return testutil.ToFloat64(p.writes) == 2 })
 	if exists(t, c, job3) {
 		t.Error("the third job written though the publisher was full")
 	}
 	// Finishing a job frees its room once its deletion is done.
 	p.Finish(job1)
-	waitFor(t, "the deletion", func() bool { return testutil.ToFloat64(p.deletes) == 1 })
-	waitFor(t, "room for a job", func() bool { return testutil.ToFloat64(p.pending) == 1 })
+	wait.For(t, "the deletion", func() bool { return testutil.ToFloat64(p.deletes) == 1 })
+	wait.For(t, "room for a job", func() bool { return testutil.ToFloat64(p.pending) == 1 })
 	p.Update(job3, pullOf(3))
-	waitFor(t, "the third job's write", func() bool { return exists(t, c, job3) })
+	wait.For(t, "the third job's write", func() bool { return exists(t, c, job3) })
 }
 
 func TestFinishDeletesKeyOfEarlierProcess(t *testing.T) {
@@ -338,7 +328,7 @@ func TestFinishDeletesKeyOfEarlierProcess(t *testing.T) {
 	}
 	p := newPublisher(t, srv, Options{})
 	p.Finish(job)
-	waitFor(t, "the deletion", func() bool { return !exists(t, c, job) })
+	wait.For(t, "the deletion", func() bool { return !exists(t, c, job) })
 }
 
 func TestUpdateAfterFinishStartsAnew(t *testing.T) {
@@ -350,12 +340,12 @@ func TestUpdateAfterFinishStartsAnew(t *testing.T) {
 	p.Finish(job)
 	p.Update(job, pullOf(2))
 	// The deletion comes before the later value, never after it.
-	waitFor(t, "the second run's value", func() bool { return fields(t, c, job)["pull_downloaded_bytes"] == "2" })
+	wait.For(t, "the second run's value", func() bool { return fields(t, c, job)["pull_downloaded_bytes"] == "2" })
 	if d := ttl(t, c, job); d <= 3500*time.Second {
 		t.Errorf("TTL = %s, want just under %s", d, KeyTTL)
 	}
 	p.Finish(job)
-	waitFor(t, "the deletion", func() bool { return !exists(t, c, job) })
+	wait.For(t, "the deletion", func() bool { return !exists(t, c, job) })
 }
 
 func TestCloseSendsPendingDeletion(t *testing.T) {
@@ -367,7 +357,7 @@ func TestCloseSendsPendingDeletion(t *testing.T) {
 	}
 	job := jobID("job-close")
 	p.Update(job, pullOf(1))
-	waitFor(t, "the write", func() bool { return exists(t, c, job) })
+	wait.For(t, "the write", func() bool { return exists(t, c, job) })
 	p.Finish(job)
 	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
 	defer cancel()
@@ -397,7 +387,7 @@ func TestRedisDownAndBack(t *testing.T) {
 		t.Fatalf("Ping = %v", err)
 	}
 	p.Update("job-down", pullOf(1))
-	waitFor(t, "the first write", func() bool { return exists(t, c, "job-down") })
+	wait.For(t, "the first write", func() bool { return exists(t, c, "job-down") })
 
 	srv.Stop()
 	if err := p.Ping(ctx); err == nil {
@@ -408,7 +398,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	}
 	p.Update("job-down-finished", pullOf(1))
 	p.Finish("job-down-finished")
-	waitFor(t, "failures to be counted", func() bool { return testutil.ToFloat64(p.failures) >= 2 })
+	wait.For(t, "failures to be counted", func() bool { return testutil.ToFloat64(p.failures) >= 2 })
 	if w := testutil.ToFloat64(p.writes); w != 1 {
 		t.Errorf("writes with Redis stopped = %v, want the 1 before", w)
 	}
@@ -416,14 +406,14 @@ func TestRedisDownAndBack(t *testing.T) {
 	if err := srv.Start(ctx); err != nil { // comes back empty
 		t.Fatal(err)
 	}
-	waitFor(t, "the latest value after the restart", func() bool {
+	wait.For(t, "the latest value after the restart", func() bool {
 		return p.Ping(ctx) == nil && fields(t, c, "job-down")["pull_downloaded_bytes"] == "1000"
 	})
 	if d := ttl(t, c, "job-down"); d <= 3500*time.Second {
 		t.Errorf("TTL after the restart = %s", d)
 	}
 	// The deletion asked for during the outage is made once Redis is back.
-	waitFor(t, "the deferred deletion", func() bool { return testutil.ToFloat64(p.deletes) == 1 })
+	wait.For(t, "the deferred deletion", func() bool { return testutil.ToFloat64(p.deletes) == 1 })
 	if exists(t, c, "job-down-finished") {
 		t.Error("finished job's key exists")
 	}
@@ -443,7 +433,7 @@ func TestWrongPassword(t *testing.T) {
 	job := jobID("job-wrongpass")
 	p.Update(job, pullOf(1))
 	p.Finish(jobID("job-other-wrongpass"))
-	waitFor(t, "failures to be counted", func() bool { return testutil.ToFloat64(p.failures) >= 2 })
+	wait.For(t, "failures to be counted", func() bool { return testutil.ToFloat64(p.failures) >= 2 })
 	if exists(t, c, job) || testutil.ToFloat64(p.writes) != 0 {
 		t.Error("written with a wrong password")
 	}
@@ -630,7 +620,7 @@ func TestMinIntervalAsRedisSeesIt(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	waitFor(t, "MONITOR to stream", func() bool {
+	wait.For(t, "MONITOR to stream", func() bool {
 		c.Ping(context.Background())
 		mu.Lock()
 		defer mu.Unlock()

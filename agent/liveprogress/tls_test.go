@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 )
 
@@ -29,7 +31,7 @@ func TestTLS(t *testing.T) {
 		p.Update("job-tls", pullOf(1))
 		c := srv.Client() // TLS with the CA
 		defer c.Close()
-		waitFor(t, "the job's hash over TLS", func() bool {
+		wait.For(t, "the job's hash over TLS", func() bool {
 			n, err := c.Exists(ctx, Key("job-tls")).Result()
 			return err == nil && n == 1
 		})

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os/exec"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
 )
 
 // TestSocketActivation runs the agent the way a systemd .socket unit does:
@@ -20,7 +22,7 @@ func TestSocketActivation(t *testing.T) {
 	cm := startCubeMaster(t, testToken)
 	h := newHarness(t, cm.URL(), testToken)
 	h.writeConfig()
-	activated := freePort(t)
+	activated := childproc.FreePort(t)
 	if activated == h.port {
 		t.Fatalf("socket port and common.http_port are both %d", activated)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
@@ -46,7 +48,7 @@ func TestJobsCancel(t *testing.T) {
 	p := h.startAgent("agent")
 	const id = "cancel-me"
 	submit(t, h.baseURL(), testToken, id, held)
-	waitFor(t, "a temporary image in the store", func() bool { return len(images.StoreTemps(t, store)) > 0 })
+	wait.For(t, "a temporary image in the store", func() bool { return len(images.StoreTemps(t, store)) > 0 })
 
 	res := runCLI(t, h.environ(), "jobs", "cancel", id)
 	if res.code != 0 || res.stdout != "job "+id+" cancelled\n" {
@@ -56,7 +58,7 @@ func TestJobsCancel(t *testing.T) {
 	if cb.Field("status") != "FAILED" || cb.Field("error_message") != "cancelled" || cb.Field("phase") != "BUILDING_EXT4" {
 		t.Errorf("cancelled job's terminal report = %v, want FAILED \"cancelled\" in BUILDING_EXT4", cb.Body)
 	}
-	waitFor(t, "the cancelled build to stop", func() bool {
+	wait.For(t, "the cancelled build to stop", func() bool {
 		v, err := scrapeMetric(h.baseURL(), "cube_templatecenter_jobs_running")
 		return err == nil && v == 0
 	})

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
 
 	"gopkg.in/yaml.v3"
 
@@ -246,7 +247,7 @@ func newHarness(t testing.TB, masterURL, token string) *harness {
 		dir:        dir,
 		configPath: filepath.Join(dir, "etc", "templatecenter.yaml"),
 		spoolPath:  filepath.Join(dir, "state", "spool.db"),
-		port:       freePort(t),
+		port:       childproc.FreePort(t),
 	}
 	// No installed configuration of the host leaks in (templatecenter.env).
 	h.env = map[string]string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH": h.configPath, sysconfDirEnv: filepath.Join(dir, "no-install")}
@@ -372,17 +373,6 @@ func waitHealthy(t testing.TB, p *proc, base string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// freePort returns a loopback TCP port nothing listens on right now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // startCubeMaster runs the CubeMaster stand-in for the test's duration.
@@ -665,29 +655,3 @@ func (h *harness) waitShow(jobID string, what string, cond func(jobShow) bool) j
 
 // terminalState reports whether a spool state is final.
 func terminalState(s string) bool { return s == "built" || s == "failed" }
-
-// waitFor polls cond until it holds, failing after waitLimit.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	eventually(t, waitLimit, what, func() (bool, string) { return cond(), "" })
-}
-
-// eventually polls cond until it holds, failing after within with what
-// and cond's last word on the state.
-func eventually(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			if state != "" {
-				t.Fatalf("%s did not happen within %s: %s", what, within, state)
-			}
-			t.Fatalf("%s did not happen within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 )
 
@@ -77,7 +79,7 @@ func TestSIGTERMMidBuildInPod(t *testing.T) {
 	})
 	waitHealthy(t, p, h.baseURL())
 	for _, path := range []string{"/livez", "/readyz"} {
-		eventually(t, waitLimit, path+" 200", func() (bool, string) {
+		wait.Until(t, waitLimit, path+" 200", func() (bool, string) {
 			resp, err := http.Get(h.baseURL() + path)
 			if err != nil {
 				return false, err.Error()

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 )
@@ -60,7 +62,7 @@ func shareOneBuild(t *testing.T, host dbHost, hold bool) {
 	// Hold the build until both other replicas wait for its lock and
 	// every replica's second job joined its first: the lock, not luck,
 	// is what keeps the build single.
-	eventually(t, replicaWait, "two replicas waiting for the build lock, every second job joined", func() (bool, string) {
+	wait.Until(t, replicaWait, "two replicas waiting for the build lock, every second job joined", func() (bool, string) {
 		joined := 0
 		for _, a := range agents {
 			joined += countLines(a.log(), "identical build in flight, waiting for it")
@@ -73,7 +75,7 @@ func shareOneBuild(t *testing.T, host dbHost, hold bool) {
 	}
 	s.gate.open()
 	if hold {
-		eventually(t, replicaWait, "both waiting replicas reusing the object before CubeMaster registered it", func() (bool, string) {
+		wait.Until(t, replicaWait, "both waiting replicas reusing the object before CubeMaster registered it", func() (bool, string) {
 			n := 0
 			for _, a := range agents {
 				n += countLines(a.log(), "artifact uploaded by another replica, reusing it")
@@ -180,7 +182,7 @@ func TestReplicaKilledMidBuild(t *testing.T) {
 		}
 		s.submitAtOnce(jobs, ref)
 		s.gate.waitArrivals(t, 1)
-		eventually(t, replicaWait, "two replicas waiting for the build lock", func() (bool, string) {
+		wait.Until(t, replicaWait, "two replicas waiting for the build lock", func() (bool, string) {
 			w := waitingReplicas(agents)
 			return len(w) == 2, fmt.Sprintf("%d waiting", len(w))
 		})
@@ -276,7 +278,7 @@ func TestReplicaLockSurvivesIdleTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.submitJob(waiter, "idle-2", ref, nil)
-		eventually(t, replicaWait, "the second replica waiting for the build lock", func() (bool, string) {
+		wait.Until(t, replicaWait, "the second replica waiting for the build lock", func() (bool, string) {
 			return len(waitingReplicas([]*replicaAgent{waiter})) == 1, "not waiting"
 		})
 		time.Sleep(idle + 2*time.Second) // the build outlasts the idle timeout
@@ -350,7 +352,7 @@ func TestReplicaDatabaseOutage(t *testing.T) {
 		s.gate.waitArrivals(t, before+1)
 		host.stop()
 		s.gate.open()
-		eventually(t, replicaWait, "a BUILT report refused while the database is down", func() (bool, string) {
+		wait.Until(t, replicaWait, "a BUILT report refused while the database is down", func() (bool, string) {
 			for _, c := range s.cm.All() {
 				if c.JobID == "outage-build" && c.Field("status") == "BUILT" && c.Status == http.StatusInternalServerError {
 					return true, ""
@@ -533,20 +535,20 @@ func TestReplicaDeleteClaims(t *testing.T) {
 		a.p.stop(t)
 		a.name = "replica (sweep enabled)"
 		a.start()
-		eventually(t, replicaWait, "the sweep of the stale CLEANUP_PENDING row", func() (bool, string) {
+		wait.Until(t, replicaWait, "the sweep of the stale CLEANUP_PENDING row", func() (bool, string) {
 			_, ok := s.row(refused)
 			return !ok, "row still there"
 		})
 		gone(refused)
 		const done = `cube_templatecenter_reconcile_sweeps_total{result="done"}`
 		// The row goes a moment before the sweep counts it.
-		eventually(t, replicaWait, "the sweep to count its delete", func() (bool, string) {
+		wait.Until(t, replicaWait, "the sweep to count its delete", func() (bool, string) {
 			v := metrics(t, a.base())["cube_templatecenter_reconcile_deleted_total"]
 			return v == 1, fmt.Sprintf("reconcile_deleted_total = %g, want 1", v)
 		})
 		// Two more sweeps leave the fresh row alone.
 		after := metrics(t, a.base())[done]
-		eventually(t, replicaWait, "two more sweeps", func() (bool, string) {
+		wait.Until(t, replicaWait, "two more sweeps", func() (bool, string) {
 			v := metrics(t, a.base())[done]
 			return v >= after+2, fmt.Sprintf("%g sweeps done", v)
 		})

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
+
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 	"github.com/cubesandbox/cubetemplatecenter/test/otlpreceiver"
 )
@@ -83,7 +85,7 @@ func TestTraceSurvivesRestart(t *testing.T) {
 	first := h.startAgent("agent (killed mid-build)", env...)
 	const id = "traced-1"
 	submitTraced(t, h.baseURL(), id, image, "00-"+tracedTraceID+"-"+tracedSpanID+"-01")
-	waitFor(t, "a temporary image in the store", func() bool { return len(images.StoreTemps(t, store)) > 0 })
+	wait.For(t, "a temporary image in the store", func() bool { return len(images.StoreTemps(t, store)) > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
 	if _, err := recv.WaitFor(ctx, func(s []otlpreceiver.Span) bool {
@@ -235,7 +237,7 @@ func TestCollectorThatHangsCostsNothing(t *testing.T) {
 	if cb := waitTerminal(t, cm, id); cb.Field("status") != "BUILT" {
 		t.Fatalf("build with a hung collector ended %v, want BUILT", cb.Body)
 	}
-	waitFor(t, "spans dropped as queue_full", func() bool {
+	wait.For(t, "spans dropped as queue_full", func() bool {
 		v, err := scrapeMetric(h.baseURL(), `cube_templatecenter_trace_spans_dropped_total{reason="queue_full"}`)
 		return err == nil && v > 0
 	})

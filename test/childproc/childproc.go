@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -23,6 +25,22 @@ func FreeLoopbackAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// FreePort returns a loopback TCP port nothing listens on right now, for a
+// test.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	addr, err := FreeLoopbackAddr()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
 
 // WaitHTTP polls url until it answers 200 (or 401), exited closes (the

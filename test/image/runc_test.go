@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 
 	"gopkg.in/yaml.v3"
 
@@ -69,7 +70,7 @@ func startContainer(t *testing.T, b *built, name string, cfg map[string]any, env
 		runcRoot: filepath.Join(dir, "runc"),
 		state:    filepath.Join(dir, "state"),
 		store:    filepath.Join(dir, "store"),
-		port:     freePort(t),
+		port:     childproc.FreePort(t),
 		out:      &childproc.Output{},
 		done:     make(chan struct{}),
 	}
@@ -409,7 +410,7 @@ func TestAgentInContainer(t *testing.T) {
 	}
 
 	c.submit(t, "held", heldRef)
-	waitFor(t, "the held build to write its temporary image", func() bool { return len(images.StoreTemps(t, c.store)) > 0 })
+	wait.For(t, "the held build to write its temporary image", func() bool { return len(images.StoreTemps(t, c.store)) > 0 })
 	start := time.Now()
 	c.kill(t, "TERM")
 	if code := c.waitExit(t, shutdownTimeout+exitSlack); code != 0 {
@@ -450,7 +451,7 @@ func TestDatabaseDownInContainer(t *testing.T) {
 	b := image(t)
 	needRoot(t, "runc")
 	cfg := map[string]any{"instance_db_config": map[string]any{
-		"driver": "mysql", "addr": "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		"driver": "mysql", "addr": "127.0.0.1:" + strconv.Itoa(childproc.FreePort(t)),
 		"user": "cube", "db_name": "cube", "conn_timeout": 1,
 	}}
 	c := startContainer(t, b, "dbdown", cfg, "CUBE_TEMPLATE_CENTER_DB_PASSWORD=not-a-real-password", "CUBE_TEMPLATE_CALLBACK_TOKEN="+token)
@@ -493,33 +494,6 @@ func TestDatabaseDownInContainer(t *testing.T) {
 	if code := c.waitExit(t, shutdownTimeout+exitSlack); code != 0 {
 		t.Errorf("after SIGTERM the agent exited with code %d, want 0", code)
 	}
-}
-
-// waitFor polls cond until it holds, failing after waitLimit.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", waitLimit, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// freePort returns a loopback TCP port nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	addr, err := childproc.FreeLoopbackAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	n, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // findLine returns the first line of text holding sub.
