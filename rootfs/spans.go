@@ -6,6 +6,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // Spans of a build, below the caller's span. rootfs uses only the
@@ -25,6 +27,8 @@ func startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (c
 		Start(ctx, name, trace.WithAttributes(attrs...))
 	return ctx, func(err error) {
 		if err != nil {
+			// The text an image shapes stays within a message's bound.
+			err = safetext.ClipError(err, safetext.MessageMax)
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}

@@ -6,6 +6,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // SpanLayerFetch is the span of making one layer blob available: from the
@@ -22,6 +24,8 @@ func layerSpan(ctx context.Context, i int, l Layer) (context.Context, func(fromC
 	return ctx, func(fromCache bool, err error) {
 		span.SetAttributes(attribute.Bool("cache_hit", fromCache))
 		if err != nil {
+			// The text an image shapes stays within a message's bound.
+			err = safetext.ClipError(err, safetext.MessageMax)
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
