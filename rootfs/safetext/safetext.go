@@ -101,6 +101,18 @@ func ClipJSON(s string, max int) string {
 	return kept + note(len(s)-len(kept))
 }
 
+// Names lists names derived from untrusted input (tags, platforms) for a
+// message: each quoted by Name, at most ListMax, comma-separated, and a
+// count of the rest.
+func Names(items []string) string {
+	shown := items[:min(len(items), ListMax)]
+	quoted := make([]string, 0, len(items))
+	for _, s := range shown {
+		quoted = append(quoted, Name(s))
+	}
+	return List(append(quoted, items[len(shown):]...), ", ")
+}
+
 // Strings bounds a list of strings for a structured field: at most n
 // items, each cut by ClipJSON to max bytes of JSON, the last replaced by a
 // count of what was left out. Its JSON is thus at most n*(max+3)+2 bytes.

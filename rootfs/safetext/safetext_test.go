@@ -87,6 +87,12 @@ func TestList(t *testing.T) {
 	if got, want := List(items, "; "), "p1; p2; p3; p4; p5; p6; p7; p8; and 12 more"; got != want {
 		t.Errorf("List(20) = %q, want %q", got, want)
 	}
+	if got, want := Names([]string{"v1", "a\nb"}), `"v1", "a\nb"`; got != want {
+		t.Errorf("Names = %s, want %s", got, want)
+	}
+	if got := Names(append(items, strings.Repeat("x", 5000))); !strings.HasSuffix(got, `"p8", and 13 more`) || len(got) > 200 {
+		t.Errorf("Names(21) = %s", got)
+	}
 	got := Strings(items, 4, 10)
 	if want := []string{"p1", "p2", "p3", "and 17 more"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("Strings(20, 4) = %q, want %q", got, want)
