@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // progressInterval is the minimum time between two progress callbacks.
@@ -295,7 +296,7 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 			firstErr = fmt.Errorf("fetch: %w", ctx.Err())
 		}
 		if firstErr != nil {
-			l.err = redact(firstErr, img.secrets...)
+			l.err = safetext.RedactError(firstErr, img.secrets...)
 		}
 		failed := l.err != nil
 		l.mu.Unlock()
