@@ -84,24 +84,30 @@ func hostileSpecs() []struct {
 	}{
 		// The finding: 20,000 PATH entries, each a symlink loop.
 		{"PathBomb", Spec{Argv: []string{"app"}, Env: []string{"PATH=" + repeatList("/l", 20000, ":")}},
-			ResultWarnings, "check cut short"},
+			ResultWarnings, "the search stopped at"},
 		{"PathBombLongName", Spec{Argv: []string{longName}, Env: []string{"PATH=" + repeatList("/l", 20000, ":")}},
 			ResultFailed, "longer than the 255"},
 		// The 8 MiB config limit filled by the PATH.
 		{"PathFillsConfig", Spec{Argv: []string{"app"}, Env: []string{"PATH=" + repeatList("/l", 8<<20/3, ":")}},
-			ResultWarnings, "check cut short"},
+			ResultWarnings, "of the 2796202 entries of PATH"},
+		// The search's bound leaves the rest of the check its share.
+		{"PathBombThenUser", Spec{Argv: []string{"app"}, Env: []string{"PATH=" + repeatList("/l", 20000, ":")}, User: "ghost"},
+			ResultFailed, `user "ghost" not found in /etc/passwd`},
 		{"LongPathName", Spec{Argv: []string{"/" + longName}}, ResultFailed, "longer than the 255"},
 		{"LongAbsoluteCommand", Spec{Argv: []string{strings.Repeat("/a", 4000)}}, ResultFailed, "longer than the 4095"},
 		{"WorkingDirTooDeep", Spec{Argv: []string{"./x"}, WorkingDir: strings.Repeat("/d", 3000)},
 			ResultFailed, "working directory"},
 		// Deep but legal: found, within the bounds.
 		{"WorkingDirDeep", Spec{Argv: []string{"./x"}, WorkingDir: deepDir}, ResultOK, ""},
+		// Three paths 1,500 levels deep: the third passes the bound.
+		{"WorkingDirDeepEnvd", Spec{Argv: []string{"./x"}, WorkingDir: deepDir, Envd: deepDir + "/x"},
+			ResultWarnings, "check cut short at"},
 		{"WorkingDirDeepRelativePath", Spec{Argv: []string{"app"}, WorkingDir: deepDir, Env: []string{"PATH=" + repeatList(".", 20000, ":")}},
-			ResultWarnings, "more than 4096 lookups"},
+			ResultWarnings, "more than 2048 lookups in one PATH search"},
 		{"HugeEnv", Spec{Argv: []string{"app"}, Env: manyEnv}, ResultFailed, "longer than the 4095"},
 		{"ManyArgs", Spec{Argv: append([]string{"python3"}, args...)}, ResultOK, ""},
 		{"SymlinkChains", Spec{Argv: []string{"python3"}, Env: []string{"PATH=" + repeatList("/c/0", 100, ":")}},
-			ResultWarnings, "more than 1024 symlinks followed"},
+			ResultWarnings, "more than 512 symlinks followed in one PATH search"},
 		// Found after 200 dangling entries: 200 warnings, eight shown.
 		{"ManyWarnings", Spec{Argv: []string{"python3"}, Env: []string{"PATH=" + repeatList("/dangle", 200, ":") + ":/usr/bin"}},
 			ResultWarnings, "skipped on PATH"},

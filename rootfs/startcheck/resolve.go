@@ -25,7 +25,8 @@ const (
 	errTooLong
 	// errLimit means the check's own bounds stopped the resolution; the
 	// path may well resolve. Callers record nothing for it: Check ends
-	// with a warning naming where it stopped.
+	// with a warning naming where it stopped (a PATH search says so
+	// itself).
 	errLimit
 )
 
@@ -173,7 +174,9 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 
 // spend counts one FS.Lstat, or with link one symlink followed, against
 // the check's bounds; past them it returns an errLimit for the resolution
-// of start, as it does for every later one.
+// of start, as it does for every later one. A PATH search (searching)
+// stops at half the bounds, so that the command found, its interpreter,
+// the user and the envd are checked whatever the PATH.
 func (c *checker) spend(start string, link bool) *resolveError {
 	if link {
 		c.links++
@@ -186,6 +189,10 @@ func (c *checker) spend(start string, link bool) *resolveError {
 		detail = fmt.Sprintf("more than %d lookups in one check", maxLookups)
 	case c.links > maxLinkSteps:
 		detail = fmt.Sprintf("more than %d symlinks followed in one check", maxLinkSteps)
+	case c.searching && c.lookups > maxLookups/2:
+		return &resolveError{kind: errLimit, start: start, detail: fmt.Sprintf("more than %d lookups in one PATH search", maxLookups/2)}
+	case c.searching && c.links > maxLinkSteps/2:
+		return &resolveError{kind: errLimit, start: start, detail: fmt.Sprintf("more than %d symlinks followed in one PATH search", maxLinkSteps/2)}
 	default:
 		return nil
 	}

@@ -176,6 +176,8 @@ type checker struct {
 	// lookups and links count the FS.Lstat calls and the symlinks
 	// followed so far, against maxLookups and maxLinkSteps.
 	lookups, links int
+	// searching is set during a PATH search, which gets half the bounds.
+	searching bool
 	// cut says why the check stopped short, "" while it has not: a
 	// warning at the end.
 	cut string
@@ -273,12 +275,18 @@ func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, 
 	var notes []string
 	var skipped string // a candidate that exists but cannot be executed
 	dirs, total := c.pathDirs()
-	for _, dir := range dirs {
+	pathText := "PATH=" + safetext.Clip(c.path, safetext.NameMax)
+	c.searching = true
+	defer func() { c.searching = false }()
+	for i, dir := range dirs {
 		// An empty PATH element is the working directory, as in execvp.
 		p := cleanAbs(c.wd, path.Join(cleanAbs(c.wd, dir), name))
 		resolved, e, err := c.resolve(p)
 		if err != nil {
 			if err.kind == errLimit {
+				if c.cut == "" {
+					c.warn("%s not found in the first %d of the %d entries of %s: the search stopped at %v", what, i, total, pathText, err)
+				}
 				return "", "", Entry{}, false
 			}
 			if err.kind != errNotExist || err.link != "" {
@@ -297,7 +305,6 @@ func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, 
 		}
 		return p, resolved, e, true
 	}
-	pathText := "PATH=" + safetext.Clip(c.path, safetext.NameMax)
 	msg := fmt.Sprintf("%s not found on %s", what, pathText)
 	if skipped != "" {
 		msg = fmt.Sprintf("%s not executable on %s: %s", what, pathText, skipped)
