@@ -55,6 +55,8 @@ type testBuilder struct {
 	// with its path; an error discards it and fails the build, as
 	// rootfs.Builder does.
 	whileWriting func(ctx context.Context, spec rootfs.Spec, temp string) error
+	// startCheck is the start check result the artifacts carry, when set.
+	startCheck *rootfs.StartCheck
 }
 
 func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.Image, error) {
@@ -90,7 +92,7 @@ func (b *testBuilder) LoadCA(ctx context.Context) (*rootfs.CA, error) {
 func (b *testBuilder) Build(ctx context.Context, spec rootfs.Spec, progress rootfs.ProgressFunc) (*rootfs.Artifact, error) {
 	b.mu.Lock()
 	b.builds++
-	hook, writing := b.beforePublish, b.whileWriting
+	hook, writing, check := b.beforePublish, b.whileWriting, b.startCheck
 	b.mu.Unlock()
 	progress(rootfs.Progress{Percent: 50, Pull: &rootfs.PullProgress{TotalBytes: 1000, DownloadedBytes: 1000, TotalLayers: 1, CompletedLayers: 1}})
 	if hook != nil {
@@ -123,7 +125,7 @@ func (b *testBuilder) Build(ctx context.Context, spec rootfs.Spec, progress root
 	}
 	sum := sha256.Sum256(content)
 	return &rootfs.Artifact{ID: spec.ArtifactID, Path: path, SHA256: hex.EncodeToString(sum[:]), Size: fi.Size(),
-		ModTime: fi.ModTime(), CABaked: spec.CA != nil, CATargets: 1}, nil
+		ModTime: fi.ModTime(), CABaked: spec.CA != nil, CATargets: 1, StartCheck: check}, nil
 }
 
 func (b *testBuilder) buildCount() int {

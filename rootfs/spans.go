@@ -2,7 +2,6 @@ package rootfs
 
 import (
 	"context"
-	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -28,10 +27,10 @@ func startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (c
 		Start(ctx, name, trace.WithAttributes(attrs...))
 	return ctx, func(err error) {
 		if err != nil {
-			// Errors come redacted; an image shapes their size.
-			msg := safetext.Clip(err.Error(), safetext.MessageMax)
-			span.RecordError(errors.New(msg))
-			span.SetStatus(codes.Error, msg)
+			// The text an image shapes stays within a message's bound.
+			err = safetext.ClipError(err, safetext.MessageMax)
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
 	}

@@ -29,6 +29,7 @@ FUZZ_TARGETS := \
 	./rootfs/layercodec:FuzzGzipInflaters \
 	./rootfs/startcheck:FuzzParseELF \
 	./rootfs/startcheck:FuzzParseShebang \
+	./rootfs/startcheck:FuzzCheck \
 	./rootfs/safetext:FuzzClip
 
 .PHONY: fuzz

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // MaxEnvdBytes is the largest envd binary a build request may carry.
@@ -89,7 +91,7 @@ func ParseBuild(body []byte) (*Build, error) {
 	case b.JobID == "":
 		return nil, invalid("job_id", "required")
 	case !jobIDPattern.MatchString(b.JobID):
-		return nil, invalid("job_id", "must be 1-128 characters of letters, digits and . _ : - (got %q)", truncate(b.JobID, 64))
+		return nil, invalid("job_id", "must be 1-128 characters of letters, digits and . _ : - (got %s)", safetext.Quote(b.JobID, 64))
 	}
 	raw := bytes.TrimSpace(b.Request)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -133,16 +135,9 @@ func (b *Build) ValidateEnvd() error {
 	sum := sha256.Sum256(b.EnvdData)
 	b.EnvdSHA = hex.EncodeToString(sum[:])
 	if claimed := strings.ToLower(strings.TrimSpace(b.EnvdSHA256)); claimed != "" && claimed != b.EnvdSHA {
-		return invalid("envd_sha256", "%s does not match the envd_data bytes (sha256 %s)", truncate(claimed, 64), b.EnvdSHA)
+		return invalid("envd_sha256", "%s does not match the envd_data bytes (sha256 %s)", safetext.Quote(claimed, 64), b.EnvdSHA)
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // IsValidation reports whether err is a request validation failure.

@@ -85,5 +85,6 @@ func openRecord(recordKey []byte, objectKey, etag string, data []byte) (api.Buil
 	if err := json.Unmarshal(env.Built, &built); err != nil {
 		return api.Built{}, recordSignature, fmt.Errorf("decode signed artifact record: %w", err)
 	}
+	built.TemplateCheck = boundCheck(built.TemplateCheck)
 	return built, "", nil
 }

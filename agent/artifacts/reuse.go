@@ -39,11 +39,8 @@ func (a *Artifacts) Record(ctx context.Context, img *rootfs.Image, ca *rootfs.CA
 	if ca != nil {
 		built.CAFingerprint = ca.Fingerprint
 	}
-	if c := art.StartCheck; c != nil {
-		// Recorded with the artifact, so a reuse reports it too.
-		built.TemplateCheck = &api.TemplateCheck{Result: c.Result, Command: c.Command, Resolved: c.Resolved,
-			Interpreter: c.Interpreter, Problems: c.Problems}
-	}
+	// Recorded with the artifact, so a reuse reports it too.
+	built.TemplateCheck = templateCheck(art.StartCheck)
 	record, err := json.Marshal(built)
 	if err != nil {
 		return nil, fmt.Errorf("encode artifact record: %w", err)
@@ -53,6 +50,29 @@ func (a *Artifacts) Record(ctx context.Context, img *rootfs.Image, ca *rootfs.CA
 		return nil, fmt.Errorf("record artifact: %w", err)
 	}
 	return built, nil
+}
+
+// templateCheck is the start check's result as a BUILT report carries
+// it, within the bounds that keep its JSON under
+// safetext.TemplateCheckMax; nil stays nil.
+func templateCheck(c *rootfs.StartCheck) *api.TemplateCheck {
+	if c == nil {
+		return nil
+	}
+	b := c.Bounded()
+	return &api.TemplateCheck{Result: b.Result, Command: b.Command, Resolved: b.Resolved,
+		Interpreter: b.Interpreter, Problems: b.Problems}
+}
+
+// boundCheck bounds a template_check read back from a record, which an
+// earlier release (or another replica running one) may have written
+// unbounded.
+func boundCheck(c *api.TemplateCheck) *api.TemplateCheck {
+	if c == nil {
+		return nil
+	}
+	return templateCheck(&rootfs.StartCheck{Result: c.Result, Command: c.Command, Resolved: c.Resolved,
+		Interpreter: c.Interpreter, Problems: c.Problems})
 }
 
 // Publish puts built's artifact in the blob store, when there is one, and
@@ -108,6 +128,7 @@ func (a *Artifacts) recorded(ctx context.Context, fp string, log *slog.Logger) (
 		log.Warn("recorded artifact is unreadable, rebuilding", "err", err)
 		return nil, false
 	}
+	built.TemplateCheck = boundCheck(built.TemplateCheck)
 	fi, err := os.Stat(rec.Path)
 	if err == nil && fi.Mode().IsRegular() && fi.Size() == rec.Size && fi.ModTime().Equal(rec.ModTime) {
 		return &built, true

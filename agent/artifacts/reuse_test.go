@@ -2,19 +2,24 @@ package artifacts
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
-// TestReuseReadsStoredRecord gives an artifact recorded in the
-// spool by an earlier release (the record format of api's fixture) and
-// requires it to reuse the artifact with every field intact.
-func TestReuseReadsStoredRecord(t *testing.T) {
+// storedRecord records an artifact with record as its stored result in a
+// new spool, beside an image file that matches it, and returns the
+// artifacts over that spool and the artifact's fingerprint.
+func storedRecord(t *testing.T, record []byte) (*Artifacts, string) {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	sp, err := spool.Open(ctx, filepath.Join(dir, "spool.db"))
@@ -22,10 +27,6 @@ func TestReuseReadsStoredRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	record, err := os.ReadFile(filepath.Join("..", "api", "testdata", "spool", "built-v1.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(dir, "rfs-0123456789abcdef01234567.ext4")
 	if err := os.WriteFile(path, []byte("image"), 0o644); err != nil {
 		t.Fatal(err)
@@ -40,10 +41,20 @@ func TestReuseReadsStoredRecord(t *testing.T) {
 		Result: record}); err != nil {
 		t.Fatal(err)
 	}
+	return New(Options{Index: sp, Logger: slog.New(slog.DiscardHandler)}), fp
+}
 
+// TestReuseReadsStoredRecord gives an artifact recorded in the
+// spool by an earlier release (the record format of api's fixture) and
+// requires it to reuse the artifact with every field intact.
+func TestReuseReadsStoredRecord(t *testing.T) {
+	record, err := os.ReadFile(filepath.Join("..", "api", "testdata", "spool", "built-v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, fp := storedRecord(t, record)
 	logger := slog.New(slog.DiscardHandler)
-	a := New(Options{Index: sp, Logger: logger})
-	got, ok := a.recorded(ctx, fp, logger)
+	got, ok := a.recorded(context.Background(), fp, logger)
 	if !ok {
 		t.Fatal("recorded = false, want the recorded artifact")
 	}
@@ -63,4 +74,55 @@ func TestReuseReadsStoredRecord(t *testing.T) {
 	if *got != want {
 		t.Errorf("recorded:\n got %+v\nwant %+v", *got, want)
 	}
+}
+
+// hugeCheck is a start check result as an earlier release could record
+// it: a problem per PATH entry of a PATH bomb, each naming it whole.
+func hugeCheck() *rootfs.StartCheck {
+	c := &rootfs.StartCheck{Result: "failed", Command: make([]string, 5000), Resolved: strings.Repeat("/r", 5000),
+		Problems: make([]string, 5000)}
+	for i := range c.Problems {
+		c.Command[i] = strings.Repeat("<", 300)
+		c.Problems[i] = "command \"app\" not found on PATH=" + strings.Repeat("/l:", 2000)
+	}
+	return c
+}
+
+// checkTemplateCheck fails unless c marshals within its bound.
+func checkTemplateCheck(t *testing.T, what string, c *api.TemplateCheck) {
+	t.Helper()
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == nil || len(b) > safetext.TemplateCheckMax || c.Result != "failed" {
+		t.Errorf("%s: template_check of %d bytes, result %q; want a failed check within %d bytes", what, len(b), c.Result, safetext.TemplateCheckMax)
+	}
+}
+
+// TestTemplateCheckBounded records and reads back a start check result
+// larger than a template_check may be: both the BUILT fields of a new
+// artifact and those of a record an earlier release wrote are bounded.
+func TestTemplateCheckBounded(t *testing.T) {
+	c := hugeCheck()
+	old := api.Built{ArtifactID: "rfs-0123456789abcdef01234567", TemplateCheck: &api.TemplateCheck{
+		Result: c.Result, Command: c.Command, Resolved: c.Resolved, Problems: c.Problems}}
+	record, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, fp := storedRecord(t, record)
+	got, ok := a.recorded(context.Background(), fp, slog.New(slog.DiscardHandler))
+	if !ok {
+		t.Fatal("recorded = false, want the recorded artifact")
+	}
+	checkTemplateCheck(t, "recorded", got.TemplateCheck)
+
+	img := &rootfs.Image{Digest: "registry.test/app@sha256:" + strings.Repeat("a", 64)}
+	built, err := a.Record(context.Background(), img, nil, strings.Repeat("f", 64), &rootfs.Artifact{ID: "rfs-fffffffffffffffffffffff0",
+		Path: filepath.Join(t.TempDir(), "x.ext4"), StartCheck: c})
+	if err != nil {
+		t.Fatalf("Record: %v", err)
+	}
+	checkTemplateCheck(t, "Record", built.TemplateCheck)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -366,11 +367,16 @@ func (r *jobRun) succeed(ctx context.Context, built *api.Built) {
 	r.finish(ctx, spool.StateBuilt, api.PhaseReady, "", api.BuiltReport(b))
 }
 
-// fail ends the job with a FAILED report.
+// fail ends the job with a FAILED report. Every failure becomes a report
+// here: its message, which an image can shape (a registry's answer, a
+// file name, the start check), is cut to safetext.MessageMax for the
+// report, the spool and the log line alike. CubeMaster stores it in a
+// TEXT column, and an insert that does not fit loses the report.
 func (r *jobRun) fail(ctx context.Context, phase, message string) {
 	if phase == "" {
 		phase = api.PhasePulling
 	}
+	message = safetext.Clip(message, safetext.MessageMax)
 	r.log.Error("build failed", "phase", phase, "err", message)
 	r.finish(ctx, spool.StateFailed, phase, message, api.FailedReport(phase, message))
 }

@@ -578,10 +578,9 @@ func (r *Reporter) post(ctx context.Context, s Settings, rep spool.Report) (int,
 	return resp.StatusCode, body, nil
 }
 
+// snippet is the start of a refusal's body, for a log line and the
+// report's last error: CubeMaster's answer, or whatever answered in its
+// place.
 func snippet(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
+	return safetext.Clip(strings.TrimSpace(string(b)), 200)
 }

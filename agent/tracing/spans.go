@@ -6,6 +6,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // Scope is the instrumentation scope of the agent's spans.
@@ -54,9 +56,11 @@ func Run[T any](ctx context.Context, name string, fn func(context.Context) (T, e
 	return v, err
 }
 
-// End ends span, recording err with an error status.
+// End ends span, recording err with an error status. The error's text,
+// which an image can shape, is cut to safetext.MessageMax.
 func End(span trace.Span, err error) {
 	if err != nil {
+		err = safetext.ClipError(err, safetext.MessageMax)
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent"
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
@@ -136,7 +137,7 @@ func jobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(tw, "JOB ID\tSTATE\tPHASE\tPROGRESS\tATTEMPTS\tARTIFACT\tUPDATED\tERROR")
 	for _, j := range list {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", j.ID, j.State, j.Phase, j.Progress, j.Attempts,
-			j.ArtifactID, j.UpdatedAt.Format(time.RFC3339), oneLine(j.Error, 60))
+			j.ArtifactID, j.UpdatedAt.Format(time.RFC3339), safetext.Line(j.Error, 60))
 	}
 	return tw.Flush()
 }
@@ -225,7 +226,7 @@ func jobsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintf(stdout, "  %s: %d attempts, next %s", kind, r.Attempts, stamp(r.NextAttempt))
 		if r.LastError != "" {
-			fmt.Fprintf(stdout, ", last error: %s", oneLine(r.LastError, 200))
+			fmt.Fprintf(stdout, ", last error: %s", safetext.Line(r.LastError, 200))
 		}
 		fmt.Fprintln(stdout)
 	}
@@ -326,13 +327,4 @@ func localAddr(cfg *config.Config) string {
 		host = "::1"
 	}
 	return net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(cfg.Common.HTTPPort))
-}
-
-func oneLine(s string, n int) string {
-	for i, c := range s {
-		if c == '\n' || i >= n {
-			return s[:i] + "…"
-		}
-	}
-	return s
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // typeRegA is the pre-POSIX regular-file typeflag; archive/tar normally
@@ -43,7 +44,7 @@ func (t *Tree) ApplyLayer(ctx context.Context, layer int, r io.Reader) error {
 		}
 		if err != nil {
 			if last != "" {
-				return fmt.Errorf("apply layer %d: read tar after entry %q: %w", layer, last, err)
+				return fmt.Errorf("apply layer %d: read tar after entry %s: %w", layer, safetext.Name(last), err)
 			}
 			return fmt.Errorf("apply layer %d: read tar: %w", layer, err)
 		}
@@ -271,14 +272,14 @@ func (t *Tree) hardlinkTarget(name string) (*ext4.Node, string) {
 	}
 	comps, err := cleanRelative(rel)
 	if err != nil {
-		return nil, fmt.Sprintf("hard link target %q escapes the root", name)
+		return nil, fmt.Sprintf("hard link target %s escapes the root", safetext.Name(name))
 	}
 	if len(comps) == 0 {
 		return nil, "hard link to a directory"
 	}
 	dir, err := t.walkExisting(comps[:len(comps)-1])
 	if err != nil {
-		return nil, fmt.Sprintf("hard link target %q is below a symlinked directory", name)
+		return nil, fmt.Sprintf("hard link target %s is below a symlinked directory", safetext.Name(name))
 	}
 	var n *ext4.Node
 	if dir != nil {
@@ -286,9 +287,9 @@ func (t *Tree) hardlinkTarget(name string) (*ext4.Node, string) {
 	}
 	switch {
 	case n == nil:
-		return nil, fmt.Sprintf("hard link target %q not found", name)
+		return nil, fmt.Sprintf("hard link target %s not found", safetext.Name(name))
 	case isDir(n):
-		return nil, fmt.Sprintf("hard link target %q is a directory", name)
+		return nil, fmt.Sprintf("hard link target %s is a directory", safetext.Name(name))
 	}
 	return n, ""
 }

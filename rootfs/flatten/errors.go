@@ -3,7 +3,8 @@ package flatten
 import (
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // Errors returned by path operations on a Tree; missing paths wrap
@@ -38,7 +39,7 @@ type EntryError struct {
 
 // Error implements error.
 func (e *EntryError) Error() string {
-	s := fmt.Sprintf("layer %d: entry %q: %s", e.Layer, shortName(e.Name), e.Reason)
+	s := fmt.Sprintf("layer %d: entry %s: %s", e.Layer, safetext.Name(e.Name), e.Reason)
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
@@ -47,15 +48,3 @@ func (e *EntryError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *EntryError) Unwrap() error { return e.Err }
-
-// maxNameInError is how much of a hostile entry name an error message
-// carries: enough to find the entry, never the megabyte a crafted name can
-// have.
-const maxNameInError = 256
-
-func shortName(name string) string {
-	if len(name) <= maxNameInError {
-		return name
-	}
-	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(name[:maxNameInError], ""), len(name))
-}

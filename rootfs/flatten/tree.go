@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // MaxSymlinkHops bounds the symlinks Resolve follows, as Linux's MAXSYMLINKS.
@@ -102,13 +103,13 @@ func (t *Tree) Lookup(p string) (*ext4.Node, error) {
 	for i, c := range comps {
 		switch {
 		case isSymlink(n):
-			return nil, fmt.Errorf("lookup %q: %s: %w", p, strings.Join(comps[:i], "/"), ErrSymlink)
+			return nil, fmt.Errorf("lookup %s: %s: %w", safetext.Name(p), safetext.Name(strings.Join(comps[:i], "/")), ErrSymlink)
 		case !isDir(n):
-			return nil, fmt.Errorf("lookup %q: %s: %w", p, strings.Join(comps[:i], "/"), ErrNotDir)
+			return nil, fmt.Errorf("lookup %s: %s: %w", safetext.Name(p), safetext.Name(strings.Join(comps[:i], "/")), ErrNotDir)
 		}
 		n = n.Children[c]
 		if n == nil {
-			return nil, fmt.Errorf("lookup %q: %w", p, fs.ErrNotExist)
+			return nil, fmt.Errorf("lookup %s: %w", safetext.Name(p), fs.ErrNotExist)
 		}
 	}
 	return n, nil
@@ -123,7 +124,7 @@ func (t *Tree) Lookup(p string) (*ext4.Node, error) {
 func (t *Tree) Resolve(p string) (*ext4.Node, string, error) {
 	r, err := t.resolve(p, false, time.Time{})
 	if err != nil {
-		return nil, r.path(), fmt.Errorf("resolve %q: %w", p, err)
+		return nil, r.path(), fmt.Errorf("resolve %s: %w", safetext.Name(p), err)
 	}
 	return r.node(), r.path(), nil
 }

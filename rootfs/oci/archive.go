@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // archiveImages reads images from `docker save` tarballs under roots.
@@ -99,7 +99,7 @@ func readArchive(ctx context.Context, f archiveFile) (archive, error) {
 			tags = append(tags, d.RepoTags...)
 		}
 		return archive{}, fmt.Errorf("%w: the archive holds %d images (tags: %s); save one image per archive",
-			ErrUnsupported, len(tm), strings.Join(tags, ", "))
+			ErrUnsupported, len(tm), safetext.Names(tags))
 	}
 	desc := tm[0]
 	ce, err := lookup(idx, desc.Config)

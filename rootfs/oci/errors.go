@@ -7,15 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -108,7 +107,7 @@ func classify(err error, what, host string) error {
 	case errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrTooLarge) || isCtxErr(err):
 		return fmt.Errorf("%s: %w", what, err) // our own words
 	}
-	return &kindError{cause: err, msg: what + ": " + shorten(err.Error(), maxCauseText)}
+	return &kindError{cause: err, msg: what + ": " + safetext.Clip(err.Error(), maxCauseText)}
 }
 
 // registryCodes lists the error codes of a registry's answer (", registry
@@ -135,18 +134,6 @@ func registryCodes(te *transport.Error) string {
 	return ", registry errors " + strings.Join(codes, ", ")
 }
 
-// shorten cuts s to at most n bytes (on a rune boundary), marking the cut.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…(cut)"
-}
-
 // isTransient reports whether a failed blob download is worth repeating from
 // the same place.
 func isTransient(err error) bool {
@@ -170,33 +157,4 @@ func isTransient(err error) bool {
 // isCtxErr reports whether err comes from a cancelled or expired context.
 func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// queryPart matches the query string of a URL inside an error message;
-// signed blob URLs and token endpoints carry secrets there.
-var queryPart = regexp.MustCompile(`(https?://[^\s?"'<>]+)\?[^\s"'<>]*`)
-
-// redactedError hides secrets from the message of the error it wraps. It
-// answers errors.Is for the wrapped chain but does not expose it to
-// errors.As, so the raw text cannot be reached by accident.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string        { return e.msg }
-func (e *redactedError) Is(target error) bool { return errors.Is(e.err, target) }
-
-// redact scrubs URL query strings and the given secrets from err's message.
-func redact(err error, secrets ...string) error {
-	if err == nil {
-		return nil
-	}
-	msg := queryPart.ReplaceAllString(err.Error(), "$1?REDACTED")
-	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "REDACTED")
-		}
-	}
-	return &redactedError{msg: msg, err: err}
 }

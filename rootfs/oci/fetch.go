@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // progressInterval is the minimum time between two progress callbacks.
@@ -381,7 +382,7 @@ func (d *downloader) download(ctx context.Context) error {
 	if err := d.fill(ctx, p); err != nil {
 		// Redacted here, where it is made: readers following the blob,
 		// the fetch span and the build's error all get this one.
-		err = redact(err, d.secrets...)
+		err = safetext.RedactError(err, d.secrets...)
 		p.Abort(err)
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/internal/fsutil"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // refNameAnnotation names an image inside an OCI layout's index.json.
@@ -84,7 +84,7 @@ func (s layoutImages) resolve(ctx context.Context, pr ParsedRef, _ Source) (*Ima
 			return img, nil
 		}
 		if !mt.IsIndex() {
-			return nil, fmt.Errorf("%s: %w: media type %s", what, ErrUnsupported, mt)
+			return nil, fmt.Errorf("%s: %w: media type %s", what, ErrUnsupported, safetext.Name(string(mt)))
 		}
 		if depth == 2 {
 			return nil, fmt.Errorf("%s: %w: indexes nested too deep", what, ErrUnsupported)
@@ -195,7 +195,7 @@ func layoutTags(im *v1.IndexManifest) string {
 		return "none"
 	}
 	sort.Strings(tags)
-	return strings.Join(tags, ", ")
+	return safetext.Names(tags)
 }
 
 // sniffMediaType guesses the type of a manifest without a mediaType field.
@@ -219,7 +219,7 @@ func sniffMediaType(raw []byte) types.MediaType {
 // readLayoutBlob reads a small blob of the layout and checks its digest.
 func readLayoutBlob(ctx context.Context, lp layout.Path, h v1.Hash) ([]byte, error) {
 	if h.Algorithm != "sha256" || !blobcache.IsHex64(h.Hex) {
-		return nil, fmt.Errorf("%w: digest %q is not sha256", ErrUnsupported, h)
+		return nil, fmt.Errorf("%w: digest %s is not sha256", ErrUnsupported, safetext.Name(h.String()))
 	}
 	rc, err := lp.Blob(h)
 	if errors.Is(err, os.ErrNotExist) {

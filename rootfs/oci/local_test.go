@@ -61,7 +61,7 @@ func TestOCILayout(t *testing.T) {
 	})
 	t.Run("AmbiguousListsTags", func(t *testing.T) {
 		_, err := p.Resolve(context.Background(), Source{Ref: "oci-layout:" + two})
-		if err == nil || !strings.Contains(err.Error(), "tags: v1, v2") {
+		if err == nil || !strings.Contains(err.Error(), `tags: "v1", "v2"`) {
 			t.Fatalf("Resolve of a two-image layout without a tag: error = %v, want one listing the tags", err)
 		}
 	})

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/layercodec"
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // Defaults and limits of Options.
@@ -356,7 +357,7 @@ func (p *Puller) Resolve(ctx context.Context, src Source) (*Image, error) {
 		err = fmt.Errorf("%w: unknown reference kind %v", ErrInvalidRef, pr.Kind)
 	}
 	if err != nil {
-		return nil, redact(err, secrets(src)...)
+		return nil, safetext.RedactError(err, secrets(src)...)
 	}
 	return img, nil
 }
@@ -380,10 +381,10 @@ func describe(sourceName string, rawManifest, rawConfig []byte) (*Image, error) 
 		return nil, fmt.Errorf("parse manifest: %w", err)
 	}
 	if m.MediaType != "" && !m.MediaType.IsImage() {
-		return nil, fmt.Errorf("%w: manifest media type %s", ErrUnsupported, m.MediaType)
+		return nil, fmt.Errorf("%w: manifest media type %s", ErrUnsupported, safetext.Name(string(m.MediaType)))
 	}
 	if m.Config.MediaType != "" && !m.Config.MediaType.IsConfig() {
-		return nil, fmt.Errorf("%w: config media type %s is not a container image config (an artifact?)", ErrUnsupported, m.Config.MediaType)
+		return nil, fmt.Errorf("%w: config media type %s is not a container image config (an artifact?)", ErrUnsupported, safetext.Name(string(m.Config.MediaType)))
 	}
 	sum := sha256.Sum256(rawConfig)
 	if got := "sha256:" + hex.EncodeToString(sum[:]); m.Config.Digest.String() != got || m.Config.Size != int64(len(rawConfig)) {
@@ -411,10 +412,10 @@ func describe(sourceName string, rawManifest, rawConfig []byte) (*Image, error) 
 	}
 	for i, l := range m.Layers {
 		if !l.MediaType.IsLayer() {
-			return nil, fmt.Errorf("%w: layer %d has media type %q", ErrUnsupported, i, l.MediaType)
+			return nil, fmt.Errorf("%w: layer %d has media type %s", ErrUnsupported, i, safetext.Name(string(l.MediaType)))
 		}
 		if l.Digest.Algorithm != "sha256" || !blobcache.IsHex64(l.Digest.Hex) {
-			return nil, fmt.Errorf("%w: layer %d digest %q is not sha256", ErrUnsupported, i, l.Digest)
+			return nil, fmt.Errorf("%w: layer %d digest %s is not sha256", ErrUnsupported, i, safetext.Name(l.Digest.String()))
 		}
 		if l.Size < 0 {
 			return nil, fmt.Errorf("%w: layer %d has negative size", ErrUnsupported, i)
@@ -438,9 +439,10 @@ func pickPlatform(im *v1.IndexManifest, want v1.Platform, where string) (v1.Desc
 		}
 		avail = append(avail, d.Platform.String())
 	}
-	if len(avail) == 0 {
-		avail = append(avail, "none declared")
+	listed := "none declared"
+	if len(avail) > 0 {
+		listed = safetext.Names(avail)
 	}
 	return v1.Descriptor{}, fmt.Errorf("%w: %s has no image for %s; available: %s",
-		ErrNoPlatform, where, want.String(), strings.Join(avail, ", "))
+		ErrNoPlatform, where, want.String(), listed)
 }

@@ -17,6 +17,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // retryStatusCodes are the answers a registry request is repeated on.
@@ -229,7 +231,7 @@ func (p *registryImages) resolveAt(ctx context.Context, ep *endpoint, ref name.R
 		}
 	}
 	if !desc.MediaType.IsImage() {
-		return nil, fmt.Errorf("%s: %w: manifest media type %s (Docker schema 1 and artifacts are not supported)", what, ErrUnsupported, desc.MediaType)
+		return nil, fmt.Errorf("%s: %w: manifest media type %s (Docker schema 1 and artifacts are not supported)", what, ErrUnsupported, safetext.Name(string(desc.MediaType)))
 	}
 	rawConfig, err := p.fetchConfig(ctx, ep, desc.Manifest)
 	if err != nil {
@@ -343,8 +345,8 @@ func (p *registryImages) openLayer(ctx context.Context, ep *endpoint, d v1.Hash,
 	cr := resp.Header.Get("Content-Range")
 	if _, err := fmt.Sscanf(cr, "bytes %d-%d/%d", &first, &last, &total); err != nil || first != offset || last != size-1 || total != size {
 		resp.Body.Close()
-		return nil, 0, fmt.Errorf("asked for bytes %d-%d of %d, the registry answered with Content-Range %q",
-			offset, size-1, size, shorten(cr, 80))
+		return nil, 0, fmt.Errorf("asked for bytes %d-%d of %d, the registry answered with Content-Range %s",
+			offset, size-1, size, safetext.Quote(cr, 80))
 	}
 	return resp.Body, offset, nil
 }

@@ -145,7 +145,7 @@ func TestResolveMultiArch(t *testing.T) {
 			if !errors.Is(err, ErrNoPlatform) {
 				t.Fatalf("Resolve for %s error = %v, want ErrNoPlatform", pl, err)
 			}
-			for _, s := range []string{pl.String(), "available: linux/amd64, linux/arm64/v8"} {
+			for _, s := range []string{pl.String(), `available: "linux/amd64", "linux/arm64/v8"`} {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("error %q does not mention %q", err, s)
 				}
@@ -209,22 +209,6 @@ func TestBasicAuth(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestRedact(t *testing.T) {
-	err := redact(errors.New(`GET https://blobs.example/x?X-Amz-Signature=abc&token=t0k: s3cret failed`), "s3cret")
-	for _, leak := range []string{"abc", "t0k", "s3cret"} {
-		if strings.Contains(err.Error(), leak) {
-			t.Errorf("redact left %q in %q", leak, err)
-		}
-	}
-	if !strings.Contains(err.Error(), "https://blobs.example/x?REDACTED") {
-		t.Errorf("redact(...) = %q, want the URL without its query", err)
-	}
-	wrapped := redact(context.Canceled)
-	if !errors.Is(wrapped, context.Canceled) {
-		t.Errorf("redact hides errors.Is: %v", wrapped)
 	}
 }
 

@@ -2,7 +2,6 @@ package oci
 
 import (
 	"context"
-	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -25,10 +24,10 @@ func layerSpan(ctx context.Context, i int, l Layer) (context.Context, func(fromC
 	return ctx, func(fromCache bool, err error) {
 		span.SetAttributes(attribute.Bool("cache_hit", fromCache))
 		if err != nil {
-			// Errors come redacted; an image shapes their size.
-			msg := safetext.Clip(err.Error(), safetext.MessageMax)
-			span.RecordError(errors.New(msg))
-			span.SetStatus(codes.Error, msg)
+			// The text an image shapes stays within a message's bound.
+			err = safetext.ClipError(err, safetext.MessageMax)
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // tarEntry locates a member's data inside a tarball.
@@ -52,7 +54,7 @@ func lookup(idx map[string]tarEntry, n string) (tarEntry, error) {
 	for range 16 {
 		e, ok := idx[n]
 		if !ok {
-			return tarEntry{}, fmt.Errorf("%w: %s is not in the archive", ErrNotFound, n)
+			return tarEntry{}, fmt.Errorf("%w: %s is not in the archive", ErrNotFound, safetext.Name(n))
 		}
 		switch e.typ {
 		case tar.TypeReg:
@@ -66,10 +68,10 @@ func lookup(idx map[string]tarEntry, n string) (tarEntry, error) {
 		case tar.TypeLink:
 			n = cleanTarName(e.link)
 		default:
-			return tarEntry{}, fmt.Errorf("%w: %s is not a regular file", ErrUnsupported, n)
+			return tarEntry{}, fmt.Errorf("%w: %s is not a regular file", ErrUnsupported, safetext.Name(n))
 		}
 	}
-	return tarEntry{}, fmt.Errorf("%w: too many links at %s", ErrUnsupported, n)
+	return tarEntry{}, fmt.Errorf("%w: too many links at %s", ErrUnsupported, safetext.Name(n))
 }
 
 // readMember reads a small member whole: at most maxMetaSize bytes, and

@@ -56,15 +56,15 @@ func URL(raw string) string {
 	return u.String()
 }
 
-// Error is an error whose message was redacted. It answers errors.Is for
-// the chain it wraps but does not expose it to errors.As, so the raw text
-// cannot be reached by accident.
+// Error is an error whose message was redacted or cut. It answers
+// errors.Is for the chain it wraps but does not expose it to errors.As, so
+// the raw text cannot be reached by accident.
 type Error struct {
 	msg string
 	err error
 }
 
-// Error returns the redacted message.
+// Error returns the redacted or cut message.
 func (e *Error) Error() string { return e.msg }
 
 // Is reports whether the wrapped chain matches target.
@@ -77,4 +77,14 @@ func RedactError(err error, secrets ...string) error {
 		return nil
 	}
 	return &Error{msg: Redact(err.Error(), secrets...), err: err}
+}
+
+// ClipError returns err with its message cut to max bytes (see Clip), for
+// a span or a log line that records an error whose text an image shaped;
+// nil stays nil.
+func ClipError(err error, max int) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{msg: Clip(err.Error(), max), err: err}
 }

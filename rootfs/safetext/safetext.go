@@ -20,6 +20,10 @@ const (
 	// ListMax is how many items a list in a message names before "and N
 	// more".
 	ListMax = 8
+	// TemplateCheckMax bounds a BUILT report's template_check, measured
+	// as JSON: the start check's fields are cut (see ClipJSON) so that
+	// their encoding stays below it.
+	TemplateCheckMax = 16 << 10
 )
 
 // ellipsis marks a cut.
@@ -78,9 +82,40 @@ func List(items []string, sep string) string {
 	return strings.Join(items[:ListMax], sep) + sep + fmt.Sprintf("and %d more", len(items)-ListMax)
 }
 
+// ClipJSON is Clip for a structured field: it measures s as encoding/json
+// writes it, escapes included and quotes excluded, so that a string of
+// control characters or '<' (six bytes each on the wire) is bounded as
+// tightly as a plain one.
+func ClipJSON(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if jsonLen(s) <= max {
+		return s
+	}
+	// The note is plain ASCII and "…", which encoding/json writes as is.
+	note := func(n int) string { return fmt.Sprintf("%s (%d bytes more)", ellipsis, n) }
+	keep := max - len(note(len(s)))
+	if keep < 0 {
+		return cutJSON(s, max)
+	}
+	kept := cutJSON(s, keep)
+	return kept + note(len(s)-len(kept))
+}
+
+// Names lists names derived from untrusted input (tags, platforms) for a
+// message: each quoted by Name, at most ListMax, comma-separated, and a
+// count of the rest.
+func Names(items []string) string {
+	shown := items[:min(len(items), ListMax)]
+	quoted := make([]string, 0, len(items))
+	for _, s := range shown {
+		quoted = append(quoted, Name(s))
+	}
+	return List(append(quoted, items[len(shown):]...), ", ")
+}
+
 // Strings bounds a list of strings for a structured field: at most n
-// items, each Clipped to max bytes, the last replaced by a count of what
-// was left out.
+// items, each cut by ClipJSON to max bytes of JSON, the last replaced by a
+// count of what was left out. Its JSON is thus at most n*(max+3)+2 bytes.
 func Strings(items []string, n, max int) []string {
 	out := make([]string, 0, min(len(items), n))
 	for i, s := range items {
@@ -88,9 +123,43 @@ func Strings(items []string, n, max int) []string {
 			out = append(out, fmt.Sprintf("and %d more", len(items)-i))
 			break
 		}
-		out = append(out, Clip(s, max))
+		out = append(out, ClipJSON(s, max))
 	}
 	return out
+}
+
+// jsonLen is the length of s as encoding/json writes it (HTML escaping
+// on, as json.Marshal does), without the quotes. \b and \f count six
+// bytes, as older releases of encoding/json write them: an upper bound.
+func jsonLen(s string) int {
+	n := 0
+	for _, r := range s {
+		n += jsonRuneLen(r)
+	}
+	return n
+}
+
+func jsonRuneLen(r rune) int {
+	switch {
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+		return 2
+	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029' || r == utf8.RuneError:
+		// \u00XX; an invalid byte becomes \ufffd.
+		return 6
+	}
+	return utf8.RuneLen(r)
+}
+
+// cutJSON returns the longest prefix of s whose JSON encoding (see
+// jsonLen) is at most max bytes.
+func cutJSON(s string, max int) string {
+	n := 0
+	for i, r := range s {
+		if n += jsonRuneLen(r); n > max {
+			return s[:i]
+		}
+	}
+	return s
 }
 
 // cut returns the longest prefix of s of at most max bytes that ends on a

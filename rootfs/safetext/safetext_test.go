@@ -1,7 +1,10 @@
 package safetext
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strconv"
 	"strings"
@@ -84,12 +87,82 @@ func TestList(t *testing.T) {
 	if got, want := List(items, "; "), "p1; p2; p3; p4; p5; p6; p7; p8; and 12 more"; got != want {
 		t.Errorf("List(20) = %q, want %q", got, want)
 	}
+	if got, want := Names([]string{"v1", "a\nb"}), `"v1", "a\nb"`; got != want {
+		t.Errorf("Names = %s, want %s", got, want)
+	}
+	if got := Names(append(items, strings.Repeat("x", 5000))); !strings.HasSuffix(got, `"p8", and 13 more`) || len(got) > 200 {
+		t.Errorf("Names(21) = %s", got)
+	}
 	got := Strings(items, 4, 10)
 	if want := []string{"p1", "p2", "p3", "and 17 more"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("Strings(20, 4) = %q, want %q", got, want)
 	}
 	if got := Strings(items[:4], 4, 1); strings.Join(got, ",") != "p,p,p,p" {
 		t.Errorf("Strings(4, 4, 1) = %q", got)
+	}
+}
+
+// jsonSize is the length of s as json.Marshal writes it, quotes excluded.
+func jsonSize(t testing.TB, s string) int {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b) - 2
+}
+
+func TestClipJSON(t *testing.T) {
+	if got := ClipJSON("plain", 100); got != "plain" {
+		t.Errorf("ClipJSON(plain) = %q", got)
+	}
+	for _, tc := range []struct {
+		name string
+		in   string
+	}{
+		{"Plain", strings.Repeat("x", 3000)},
+		{"HTML", strings.Repeat("<&>", 1000)},     // six bytes each on the wire
+		{"Control", strings.Repeat("\x01", 3000)}, // \u0001
+		{"Quotes", strings.Repeat(`"\`, 1000)},
+		{"Invalid", strings.Repeat("\xffa", 3000)}, // each \xff becomes U+FFFD
+		{"LineSeparators", strings.Repeat("\u2028", 1000)},
+		{"Mixed", strings.Repeat("é<\n\x00", 700)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, max := range []int{0, 5, 40, 256, 1280} {
+				got := ClipJSON(tc.in, max)
+				if n := jsonSize(t, got); n > max {
+					t.Errorf("ClipJSON(%s, %d) encodes to %d bytes", tc.name, max, n)
+				}
+				if !utf8.ValidString(got) {
+					t.Errorf("ClipJSON(%s, %d) is not valid UTF-8", tc.name, max)
+				}
+				if max >= 40 && !strings.Contains(got, "bytes more)") {
+					t.Errorf("ClipJSON(%s, %d) = %q does not say what it left out", tc.name, max, got)
+				}
+			}
+		})
+	}
+	items := []string{strings.Repeat("<", 500), "ok", strings.Repeat("\x02", 500)}
+	got := Strings(items, 4, 100)
+	b, _ := json.Marshal(got)
+	if len(b) > 4*(100+3)+2 || got[1] != "ok" {
+		t.Errorf("Strings = %s (%d bytes), want each item within 100 bytes of JSON", b, len(b))
+	}
+}
+
+func TestClipError(t *testing.T) {
+	err := fmt.Errorf("layer 0: %w: %s", context.Canceled, strings.Repeat("x", 10000))
+	got := ClipError(err, MessageMax)
+	if len(got.Error()) > MessageMax || !errors.Is(got, context.Canceled) {
+		t.Errorf("ClipError = %d bytes (Is Canceled: %v), want at most %d", len(got.Error()), errors.Is(got, context.Canceled), MessageMax)
+	}
+	var pe *fs.PathError
+	if errors.As(ClipError(&fs.PathError{Op: "open", Path: "x", Err: fs.ErrNotExist}, 10), &pe) {
+		t.Error("ClipError exposes the raw error to errors.As")
+	}
+	if ClipError(nil, 10) != nil {
+		t.Error("ClipError(nil) is not nil")
 	}
 }
 
@@ -123,6 +196,9 @@ func TestRedact(t *testing.T) {
 	if RedactError(nil) != nil {
 		t.Error("RedactError(nil) is not nil")
 	}
+	if err := RedactError(fmt.Errorf("fetch: %w", context.Canceled), "s3cret"); !errors.Is(err, context.Canceled) {
+		t.Errorf("RedactError hides errors.Is: %v", err)
+	}
 }
 
 func FuzzClip(f *testing.F) {
@@ -142,6 +218,9 @@ func FuzzClip(f *testing.F) {
 		}
 		if q, err := strconv.Unquote(strings.TrimSuffix(Quote(s, max), "…")); err != nil || !strings.HasPrefix(s, q) && utf8.ValidString(s) {
 			t.Fatalf("Quote(%q, %d) is not a quoted prefix: %q, %v", s, max, q, err)
+		}
+		if got := ClipJSON(s, max); len(s) > 0 && jsonSize(t, got) > max {
+			t.Fatalf("ClipJSON(%q, %d) = %q encodes to %d bytes", s, max, got, jsonSize(t, got))
 		}
 		_ = Redact(s)
 	})

@@ -12,6 +12,14 @@
 // are bounded: 4 KiB of a file, 64 KiB when an ELF's program headers or
 // loader path lie further, 1 MiB of /etc/passwd and /etc/group.
 //
+// Work and output are bounded whatever the image config says: a lookup
+// tries the first 256 PATH entries, a check makes at most 4096 lookups and
+// follows at most 1024 symlinks, a path longer than PATH_MAX or a name
+// longer than NAME_MAX fails as it does in the kernel, and every name in a
+// message is quoted and cut (rootfs/safetext). A check cut short says so
+// in a warning. Result.Bounded keeps a result's JSON, the BUILT report's
+// template_check, within safetext.TemplateCheckMax.
+//
 // Problems are certain (the runtime would fail the same way: Result
 // "failed") or uncertain (warnings, prefixed "warning: "); certain ones
 // come first in Problems.

@@ -42,18 +42,25 @@ func Effective(entrypoint, cmd, env []string, workingDir, user string, o Overrid
 }
 
 // mergeEnv returns base with over on top: a key keeps its first position
-// and takes the last value given for it.
+// and takes the last value given for it. An image config can hold a
+// million variables: the result and the index are sized once, and base
+// is not copied first.
 func mergeEnv(base, over []string) []string {
-	var out []string
-	at := map[string]int{}
-	for _, kv := range append(append([]string{}, base...), over...) {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := at[k]; ok {
-			out[i] = kv
-			continue
+	if len(base)+len(over) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(base)+len(over))
+	at := make(map[string]int, len(base)+len(over))
+	for _, list := range [][]string{base, over} {
+		for _, kv := range list {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := at[k]; ok {
+				out[i] = kv
+				continue
+			}
+			at[k] = len(out)
+			out = append(out, kv)
 		}
-		at[k] = len(out)
-		out = append(out, kv)
 	}
 	return out
 }

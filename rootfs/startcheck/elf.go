@@ -178,7 +178,7 @@ func (c *checker) checkELF(lbl, p string, head []byte) string {
 		if errors.Is(err, errShort) && len(head) < headSize {
 			c.fail("%s is a truncated ELF file (%d bytes)", lbl, len(head))
 		} else {
-			c.warn("%s: cannot parse ELF headers: %v", lbl, err)
+			c.warn("%s: cannot parse ELF headers: %s", lbl, errText(err))
 		}
 		return ""
 	}
@@ -202,7 +202,7 @@ func (c *checker) machineOK(lbl string, info elfInfo) bool {
 	want, ok := arches[c.spec.Arch]
 	if !ok {
 		if c.spec.Arch != "" {
-			c.warn("%s: architecture %q unknown to the check; ELF machine not checked", lbl, c.spec.Arch)
+			c.warn("%s: architecture %s unknown to the check; ELF machine not checked", lbl, quote(c.spec.Arch))
 		}
 		return true
 	}
@@ -241,12 +241,15 @@ func (c *checker) checkLoader(lbl string, info elfInfo) {
 	// directory.
 	p := cleanAbs(c.wd, info.interp)
 	resolved, e, rerr := c.resolve(p)
-	if rerr != nil {
-		if rerr.kind == errNotExist {
-			c.fail("%s: loader %q not found%s", lbl, info.interp, rerr.notFound())
-		} else {
-			c.fail("%s: loader %q: %v", lbl, info.interp, rerr)
-		}
+	switch {
+	case rerr == nil:
+	case rerr.kind == errLimit:
+		return
+	case rerr.kind == errNotExist:
+		c.fail("%s: loader %s not found%s", lbl, quote(info.interp), rerr.notFound())
+		return
+	default:
+		c.fail("%s: loader %s: %v", lbl, quote(info.interp), rerr)
 		return
 	}
 	llbl := fmt.Sprintf("%s: loader %s", lbl, label(p, resolved))
@@ -256,7 +259,7 @@ func (c *checker) checkLoader(lbl string, info elfInfo) {
 	}
 	head, err := c.fs.ReadHead(resolved, headSize)
 	if err != nil {
-		c.warn("%s: read header: %v", llbl, err)
+		c.warn("%s: read header: %s", llbl, errText(err))
 		return
 	}
 	if !isELF(head) {
@@ -265,7 +268,7 @@ func (c *checker) checkLoader(lbl string, info elfInfo) {
 	}
 	linfo, err := c.elfHead(resolved, head)
 	if err != nil {
-		c.warn("%s: cannot parse ELF headers: %v", llbl, err)
+		c.warn("%s: cannot parse ELF headers: %s", llbl, errText(err))
 		return
 	}
 	c.machineOK(llbl, linfo)

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // maxLinks bounds the symlinks one resolution follows, as the kernel's
@@ -18,6 +20,14 @@ const (
 	errLoop
 	errNotDir
 	errRead
+	// errTooLong is ENAMETOOLONG: the path or one of its components is
+	// longer than the kernel accepts.
+	errTooLong
+	// errLimit means the check's own bounds stopped the resolution; the
+	// path may well resolve. Callers record nothing for it: Check ends
+	// with a warning naming where it stopped (a PATH search says so
+	// itself).
+	errLimit
 )
 
 // resolveError says why a path did not resolve in the image.
@@ -30,6 +40,9 @@ type resolveError struct {
 	// link and target name the symlink whose target holds the missing
 	// component, for errNotExist: a dangling symlink.
 	link, target string
+	// detail says what is too long (errTooLong) or which bound was
+	// reached (errLimit).
+	detail string
 }
 
 // notFound describes an errNotExist for a caller that has said "NAME not
@@ -39,44 +52,60 @@ func (e *resolveError) notFound() string {
 	case e.kind != errNotExist:
 		return " (" + e.Error() + ")"
 	case e.link != "":
-		return fmt.Sprintf(" (symlink %q -> %q dangles: %q not found)", e.link, e.target, e.at)
+		return fmt.Sprintf(" (symlink %s -> %s dangles: %s not found)", quote(e.link), quote(e.target), quote(e.at))
 	case e.at != e.start:
-		return fmt.Sprintf(" (%q not found)", e.at)
+		return fmt.Sprintf(" (%s not found)", quote(e.at))
 	}
 	return ""
 }
+
+// quote quotes a path or a name for a message, cut to safetext.NameMax.
+func quote(s string) string { return safetext.Name(s) }
+
+// errText is an error's text for a message, cut to safetext.NameMax: an
+// FS's errors name the paths the check asked for.
+func errText(err error) string { return safetext.Clip(err.Error(), safetext.NameMax) }
 
 func (e *resolveError) Error() string {
 	switch e.kind {
 	case errNotExist:
 		if e.link != "" {
 			if e.link == e.start {
-				return fmt.Sprintf("%q is a dangling symlink to %q (%q not found)", e.start, e.target, e.at)
+				return fmt.Sprintf("%s is a dangling symlink to %s (%s not found)", quote(e.start), quote(e.target), quote(e.at))
 			}
-			return fmt.Sprintf("%q not found: symlink %q -> %q dangles (%q not found)", e.start, e.link, e.target, e.at)
+			return fmt.Sprintf("%s not found: symlink %s -> %s dangles (%s not found)", quote(e.start), quote(e.link), quote(e.target), quote(e.at))
 		}
 		if e.at != e.start {
-			return fmt.Sprintf("%q not found (%q does not exist)", e.start, e.at)
+			return fmt.Sprintf("%s not found (%s does not exist)", quote(e.start), quote(e.at))
 		}
-		return fmt.Sprintf("%q not found", e.start)
+		return fmt.Sprintf("%s not found", quote(e.start))
 	case errLoop:
-		return fmt.Sprintf("%q: more than %d symlinks (a loop), at %q", e.start, maxLinks, e.at)
+		return fmt.Sprintf("%s: more than %d symlinks (a loop), at %s", quote(e.start), maxLinks, quote(e.at))
 	case errNotDir:
-		return fmt.Sprintf("%q: %q is not a directory", e.start, e.at)
+		return fmt.Sprintf("%s: %s is not a directory", quote(e.start), quote(e.at))
+	case errTooLong, errLimit:
+		return fmt.Sprintf("%s: %s", quote(e.start), e.detail)
 	default:
-		return fmt.Sprintf("%q: read %q: %v", e.start, e.at, e.err)
+		return fmt.Sprintf("%s: read %s: %s", quote(e.start), quote(e.at), errText(e.err))
 	}
 }
 
 // resolve follows p (absolute) inside the image, symlinks included, the
 // final one too: absolute targets from the image root, relative ones from
 // their directory, ".." stopping at the root. It returns the resolved
-// path and its entry.
+// path and its entry. Its work counts against the check's bounds.
 func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 	start := path.Clean("/" + p)
+	if len(start) >= pathMax {
+		return "", Entry{}, &resolveError{kind: errTooLong, start: start,
+			detail: fmt.Sprintf("path of %d bytes, longer than the %d the kernel accepts", len(start), pathMax-1)}
+	}
 	cur := "/"
 	rest := components(splitPath(start), "", "")
 	links := 0
+	if lerr := c.spend(start, false); lerr != nil {
+		return "", Entry{}, lerr
+	}
 	last, err := c.fs.Lstat("/")
 	if err != nil {
 		return "", Entry{}, &resolveError{kind: errRead, start: start, at: "/", err: err}
@@ -93,7 +122,20 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 			cur = path.Dir(cur)
 			continue
 		}
+		if len(comp) > nameMax {
+			return "", Entry{}, &resolveError{kind: errTooLong, start: start,
+				detail: fmt.Sprintf("name %s of %d bytes, longer than the %d a file name can have", quote(comp), len(comp), nameMax)}
+		}
 		next := path.Join(cur, comp)
+		if len(next) >= pathMax {
+			// The kernel would go on (it walks dentries, not strings);
+			// the check stops rather than build ever longer paths.
+			return "", Entry{}, c.stop(&resolveError{kind: errLimit, start: start,
+				detail: fmt.Sprintf("symlinks lead to a path longer than %d bytes, where the check stops", pathMax-1)})
+		}
+		if lerr := c.spend(start, false); lerr != nil {
+			return "", Entry{}, lerr
+		}
 		e, err := c.fs.Lstat(next)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -105,6 +147,13 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 			links++
 			if links > maxLinks {
 				return "", Entry{}, &resolveError{kind: errLoop, start: start, at: next, links: links}
+			}
+			if lerr := c.spend(start, true); lerr != nil {
+				return "", Entry{}, lerr
+			}
+			if len(e.Target) >= pathMax {
+				return "", Entry{}, &resolveError{kind: errTooLong, start: start,
+					detail: fmt.Sprintf("symlink %s has a target of %d bytes, longer than the %d the kernel accepts", quote(next), len(e.Target), pathMax-1)}
 			}
 			if e.Target == "" {
 				return "", Entry{}, &resolveError{kind: errNotExist, start: start, at: next, links: links, link: next, target: e.Target}
@@ -121,6 +170,42 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 		cur, last = next, e
 	}
 	return cur, last, nil
+}
+
+// spend counts one FS.Lstat, or with link one symlink followed, against
+// the check's bounds; past them it returns an errLimit for the resolution
+// of start, as it does for every later one. A PATH search (searching)
+// stops at half the bounds, so that the command found, its interpreter,
+// the user and the envd are checked whatever the PATH.
+func (c *checker) spend(start string, link bool) *resolveError {
+	if link {
+		c.links++
+	} else {
+		c.lookups++
+	}
+	detail := ""
+	switch {
+	case c.lookups > maxLookups:
+		detail = fmt.Sprintf("more than %d lookups in one check", maxLookups)
+	case c.links > maxLinkSteps:
+		detail = fmt.Sprintf("more than %d symlinks followed in one check", maxLinkSteps)
+	case c.searching && c.lookups > maxLookups/2:
+		return &resolveError{kind: errLimit, start: start, detail: fmt.Sprintf("more than %d lookups in one PATH search", maxLookups/2)}
+	case c.searching && c.links > maxLinkSteps/2:
+		return &resolveError{kind: errLimit, start: start, detail: fmt.Sprintf("more than %d symlinks followed in one PATH search", maxLinkSteps/2)}
+	default:
+		return nil
+	}
+	return c.stop(&resolveError{kind: errLimit, start: start, detail: detail})
+}
+
+// stop records the first place where the check's bounds cut it short,
+// and returns e.
+func (c *checker) stop(e *resolveError) *resolveError {
+	if c.cut == "" {
+		c.cut = "check cut short at " + e.Error()
+	}
+	return e
 }
 
 // splitPath returns p's components; empty ones (from "//" or a leading

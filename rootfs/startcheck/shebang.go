@@ -87,22 +87,23 @@ func (c *checker) checkScript(lbl string, head []byte) string {
 	p := cleanAbs(c.wd, sb.interp)
 	resolved, e, rerr := c.resolve(p)
 	if rerr != nil {
-		if before, ok := strings.CutSuffix(sb.interp, "\r"); ok {
-			c.fail("%s: interpreter %q not found: the \"#!\" line ends in \\r, so the kernel looks for %q; %s", lbl, before, sb.interp, crlf)
-			return ""
+		before, crlfEnded := strings.CutSuffix(sb.interp, "\r")
+		switch {
+		case rerr.kind == errLimit:
+		case crlfEnded:
+			c.fail("%s: interpreter %s not found: the \"#!\" line ends in \\r, so the kernel looks for %s; %s", lbl, quote(before), quote(sb.interp), crlf)
+		case rerr.kind != errNotExist:
+			c.fail("%s: interpreter %s: %v", lbl, quote(sb.interp), rerr)
+		default:
+			c.fail("%s: interpreter %s not found%s", lbl, quote(sb.interp), rerr.notFound())
 		}
-		if rerr.kind != errNotExist {
-			c.fail("%s: interpreter %q: %v", lbl, sb.interp, rerr)
-			return ""
-		}
-		c.fail("%s: interpreter %q not found%s", lbl, sb.interp, rerr.notFound())
 		return ""
 	}
 	ilbl := fmt.Sprintf("%s: interpreter %s", lbl, label(p, resolved))
 	c.checkTarget(ilbl, resolved, e, 1)
 	if path.Base(sb.interp) != "env" {
 		if strings.HasSuffix(sb.arg, "\r") {
-			c.warn("%s: the \"#!\" argument %q ends in \\r; %s", lbl, sb.arg, crlf)
+			c.warn("%s: the \"#!\" argument %s ends in \\r; %s", lbl, quote(sb.arg), crlf)
 		}
 		return p
 	}
@@ -111,10 +112,10 @@ func (c *checker) checkScript(lbl string, head []byte) string {
 		return p
 	}
 	if before, ok := strings.CutSuffix(name, "\r"); ok {
-		c.fail("%s: \"#!%s %s\" runs %q (ending in \\r), which env cannot find; %s", lbl, sb.interp, before, name, crlf)
+		c.fail("%s: \"#!%s %s\" runs %s (ending in \\r), which env cannot find; %s", lbl, sb.interp, before, quote(name), crlf)
 		return ""
 	}
-	found, nresolved, ne, ok := c.lookPath(name, fmt.Sprintf("%s: \"#!%s %s\": command %q", lbl, sb.interp, sb.arg, name))
+	found, nresolved, ne, ok := c.lookPath(name, fmt.Sprintf("%s: \"#!%s %s\": command %s", lbl, sb.interp, sb.arg, quote(name)))
 	if !ok {
 		return ""
 	}

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"strconv"
 	"strings"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
 // FS is a read-only view of an image's tree.
@@ -41,7 +42,8 @@ type Overrides struct {
 	RunAsUser     *int64
 }
 
-// Result is the check's answer, marshalled as the BUILT report's template_check.
+// Result is the check's answer, marshalled as the BUILT report's
+// template_check. Check returns it Bounded.
 type Result struct {
 	Result      string   `json:"result"` // "ok", "warnings", "no_command", "failed"
 	Command     []string `json:"command,omitempty"`
@@ -61,19 +63,93 @@ const (
 // warningPrefix marks an uncertain problem in Result.Problems.
 const warningPrefix = "warning: "
 
+// Bounds on a Result's fields, so that its JSON stays within
+// safetext.TemplateCheckMax whatever the image: each string is cut by the
+// size of its JSON encoding (safetext.ClipJSON), each list to a few items
+// and a count of the rest.
+const (
+	// maxArgs is how many words of the command a Result shows.
+	maxArgs = 16
+	// maxArgJSON bounds one word of the command.
+	maxArgJSON = safetext.NameMax
+	// maxPathJSON bounds Resolved and Interpreter.
+	maxPathJSON = 512
+	// maxResultJSON bounds Result.Result (one of the four values,
+	// unless a record was tampered with).
+	maxResultJSON = 16
+	// maxProblemJSON bounds one problem; the first is also the failed
+	// build's error_message.
+	maxProblemJSON = 1280
+	// resultJSONMax is the most a Bounded Result marshals to: the keys,
+	// braces and brackets (under 128 bytes), and each item with its
+	// quotes and comma.
+	resultJSONMax = 128 + maxResultJSON + maxArgs*(maxArgJSON+3) + 2*maxPathJSON + safetext.ListMax*(maxProblemJSON+3)
+)
+
+// The bounds must fit in a template_check: an array of negative length
+// does not compile.
+var _ [safetext.TemplateCheckMax - resultJSONMax]struct{}
+
+// Bounded returns r with every field within the bounds that keep its JSON
+// under safetext.TemplateCheckMax. Check's results are bounded already;
+// a result recorded by an earlier release may not be.
+func (r Result) Bounded() Result {
+	r.Result = safetext.ClipJSON(r.Result, maxResultJSON)
+	if len(r.Command) > 0 {
+		r.Command = safetext.Strings(r.Command, maxArgs, maxArgJSON)
+	}
+	r.Resolved = safetext.ClipJSON(r.Resolved, maxPathJSON)
+	r.Interpreter = safetext.ClipJSON(r.Interpreter, maxPathJSON)
+	if len(r.Problems) > 0 {
+		r.Problems = safetext.Strings(r.Problems, safetext.ListMax, maxProblemJSON)
+	}
+	return r
+}
+
+// Bounds on one check's work. An image config can name a PATH of
+// millions of entries, a working directory thousands of components deep
+// and symlinks that loop; the check looks at a bounded part of such a
+// spec and says what it left out, in milliseconds and a little memory.
+const (
+	// maxPathEntries is how many PATH entries a command lookup tries.
+	maxPathEntries = 256
+	// maxLookups bounds the FS.Lstat calls of one check; a normal image
+	// needs a few dozen.
+	maxLookups = 4096
+	// maxLinkSteps bounds the symlinks one check follows, over all its
+	// resolutions (each stops at maxLinks).
+	maxLinkSteps = 1024
+	// pathMax is the kernel's PATH_MAX, with its NUL: a longer path fails
+	// with ENAMETOOLONG.
+	pathMax = 4096
+	// nameMax is ext4's NAME_MAX: no file has a longer name, and a longer
+	// path component fails with ENAMETOOLONG.
+	nameMax = 255
+)
+
 // Failed reports whether a certain problem was found (the first problem is the message: "command \"python3\" not found on PATH=...").
 func (r Result) Failed() bool { return r.Result == ResultFailed }
 
-// Check runs the check. It never hangs (symlink loops bounded at 40) and reads only headers (a few KiB per file).
+// Check runs the check. It never hangs (symlink loops bounded at 40),
+// reads only headers (a few KiB per file), does a bounded amount of work
+// whatever the spec (maxPathEntries, maxLookups, maxLinkSteps) and
+// returns a Bounded result.
 func Check(fsys FS, spec Spec) Result {
 	c := &checker{fs: fsys, spec: spec, wd: cleanAbs("/", spec.WorkingDir), path: pathOf(spec.Env)}
 	var r Result
 	if len(spec.Argv) > 0 {
-		c.checkWorkingDir()
-		c.checkCommand(&r)
+		r.Command = safetext.Strings(spec.Argv, maxArgs, maxArgJSON)
+		// Every relative path starts from the working directory: when
+		// it cannot be entered, the command is not looked for.
+		if c.checkWorkingDir() {
+			c.checkCommand(&r)
+		}
 	}
 	c.checkUser()
 	c.checkEnvd()
+	if c.cut != "" {
+		c.warn("%s; what it would have looked at next was not checked", c.cut)
+	}
 	r.Problems = append(c.certain, c.warnings...)
 	switch {
 	case len(c.certain) > 0:
@@ -85,7 +161,7 @@ func Check(fsys FS, spec Spec) Result {
 	default:
 		r.Result = ResultOK
 	}
-	return r
+	return r.Bounded()
 }
 
 // checker holds one check's state: the spec's derived values and the
@@ -97,6 +173,14 @@ type checker struct {
 	path     string // effective PATH
 	certain  []string
 	warnings []string
+	// lookups and links count the FS.Lstat calls and the symlinks
+	// followed so far, against maxLookups and maxLinkSteps.
+	lookups, links int
+	// searching is set during a PATH search, which gets half the bounds.
+	searching bool
+	// cut says why the check stopped short, "" while it has not: a
+	// warning at the end.
+	cut string
 }
 
 func (c *checker) fail(format string, a ...any) {
@@ -119,27 +203,31 @@ func cleanAbs(dir, p string) string {
 }
 
 // checkWorkingDir fails a working directory that exists as something
-// other than a directory: the runtime cannot enter it. A missing one is
-// fine, the runtime creates it.
-func (c *checker) checkWorkingDir() {
+// other than a directory, or whose path is too long: the runtime cannot
+// enter it. A missing one is fine, the runtime creates it. It reports
+// whether paths relative to it can be looked up.
+func (c *checker) checkWorkingDir() bool {
 	_, e, err := c.resolve(c.wd)
 	switch {
 	case err == nil && !e.Mode.IsDir():
-		c.fail("working directory %q is %s, not a directory", c.wd, kindOf(e))
-	case err != nil && err.kind != errNotExist:
+		c.fail("working directory %s is %s, not a directory", quote(c.wd), kindOf(e))
+	case err != nil && err.kind == errTooLong:
+		c.fail("working directory %v", err)
+		return false
+	case err != nil && err.kind != errNotExist && err.kind != errLimit:
 		c.fail("working directory %v", err)
 	}
+	return true
 }
 
 // checkCommand resolves argv[0] and checks what it names.
 func (c *checker) checkCommand(r *Result) {
 	argv0 := c.spec.Argv[0]
-	r.Command = append([]string{}, c.spec.Argv...)
 	if argv0 == "" {
 		c.fail("command is an empty string")
 		return
 	}
-	found, resolved, e, ok := c.lookPath(argv0, fmt.Sprintf("command %q", argv0))
+	found, resolved, e, ok := c.lookPath(argv0, "command "+quote(argv0))
 	if !ok {
 		return
 	}
@@ -152,37 +240,55 @@ func (c *checker) checkCommand(r *Result) {
 // led elsewhere, where they led.
 func label(p, resolved string) string {
 	if p == resolved {
-		return strconv.Quote(p)
+		return quote(p)
 	}
-	return fmt.Sprintf("%q (-> %q)", p, resolved)
+	return fmt.Sprintf("%s (-> %s)", quote(p), quote(resolved))
 }
 
 // lookPath finds name as execvp does: a name with '/' is a path (relative
 // to the working directory), any other is searched on the effective PATH
 // in order, skipping candidates that are missing or not executable files.
 // It records a certain problem, described with what, when nothing is
-// found.
+// found; an uncertain one when the PATH has more than maxPathEntries
+// entries, since the runtime goes on where the check stops.
 func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, ok bool) {
 	if strings.Contains(name, "/") {
 		p := cleanAbs(c.wd, name)
 		resolved, e, err := c.resolve(p)
-		if err != nil {
-			if path.IsAbs(name) {
-				c.fail("%s: %v", what, err)
-			} else {
-				c.fail("%s in working directory %q: %v", what, c.wd, err)
-			}
-			return "", "", Entry{}, false
+		switch {
+		case err == nil:
+			return p, resolved, e, true
+		case err.kind == errLimit:
+			// Check ends with the warning that says so.
+		case path.IsAbs(name):
+			c.fail("%s: %v", what, err)
+		default:
+			c.fail("%s in working directory %s: %v", what, quote(c.wd), err)
 		}
-		return p, resolved, e, true
+		return "", "", Entry{}, false
+	}
+	if len(name) > nameMax {
+		// Every candidate fails alike: no need to try them.
+		c.fail("%s: name of %d bytes, longer than the %d a file name can have", what, len(name), nameMax)
+		return "", "", Entry{}, false
 	}
 	var notes []string
 	var skipped string // a candidate that exists but cannot be executed
-	for _, dir := range strings.Split(c.path, ":") {
+	dirs, total := c.pathDirs()
+	pathText := "PATH=" + safetext.Clip(c.path, safetext.NameMax)
+	c.searching = true
+	defer func() { c.searching = false }()
+	for i, dir := range dirs {
 		// An empty PATH element is the working directory, as in execvp.
 		p := cleanAbs(c.wd, path.Join(cleanAbs(c.wd, dir), name))
 		resolved, e, err := c.resolve(p)
 		if err != nil {
+			if err.kind == errLimit {
+				if c.cut == "" {
+					c.warn("%s not found in the first %d of the %d entries of %s: the search stopped at %v", what, i, total, pathText, err)
+				}
+				return "", "", Entry{}, false
+			}
 			if err.kind != errNotExist || err.link != "" {
 				notes = append(notes, err.Error())
 			}
@@ -199,15 +305,33 @@ func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, 
 		}
 		return p, resolved, e, true
 	}
-	msg := fmt.Sprintf("%s not found on PATH=%s", what, c.path)
+	msg := fmt.Sprintf("%s not found on %s", what, pathText)
 	if skipped != "" {
-		msg = fmt.Sprintf("%s not executable on PATH=%s: %s", what, c.path, skipped)
+		msg = fmt.Sprintf("%s not executable on %s: %s", what, pathText, skipped)
 	}
 	if len(notes) > 0 {
-		msg += " (" + strings.Join(notes, "; ") + ")"
+		msg += " (" + safetext.List(notes, "; ") + ")"
+	}
+	if total > len(dirs) {
+		c.warn("%s; only the first %d of its %d entries were looked at", msg, len(dirs), total)
+		return "", "", Entry{}, false
 	}
 	c.fail("%s", msg)
 	return "", "", Entry{}, false
+}
+
+// pathDirs returns the first maxPathEntries entries of the effective PATH
+// and how many it has, without splitting the rest of it.
+func (c *checker) pathDirs() (dirs []string, total int) {
+	total = strings.Count(c.path, ":") + 1
+	dirs = make([]string, 0, min(total, maxPathEntries))
+	for dir := range strings.SplitSeq(c.path, ":") {
+		if len(dirs) == maxPathEntries {
+			break
+		}
+		dirs = append(dirs, dir)
+	}
+	return dirs, total
 }
 
 // describe says what kind of non-executable entry e is.
@@ -249,7 +373,7 @@ func (c *checker) checkTarget(lbl, resolved string, e Entry, depth int) string {
 		}
 		return c.checkScript(lbl, head)
 	default:
-		c.fail("%s is not an executable format (neither ELF nor a \"#!\" script; starts with %q)", lbl, preview(head))
+		c.fail("%s is not an executable format (neither ELF nor a \"#!\" script; starts with %s)", lbl, quote(preview(head)))
 		return ""
 	}
 }

@@ -37,22 +37,26 @@ func numeric(s string) bool {
 // checkAccount looks name up in the first field of the colon-separated
 // file at file.
 func (c *checker) checkAccount(kind, name, file string) {
+	who := kind + " " + quote(name)
 	resolved, e, rerr := c.resolve(file)
-	if rerr != nil {
-		if rerr.kind == errNotExist {
-			c.fail("%s %q: %s not found in the image", kind, name, file)
-		} else {
-			c.fail("%s %q: %v", kind, name, rerr)
-		}
+	switch {
+	case rerr == nil:
+	case rerr.kind == errLimit:
+		return
+	case rerr.kind == errNotExist:
+		c.fail("%s: %s not found in the image", who, file)
+		return
+	default:
+		c.fail("%s: %v", who, rerr)
 		return
 	}
 	if !e.Mode.IsRegular() {
-		c.fail("%s %q: %s is %s", kind, name, file, describe(e))
+		c.fail("%s: %s is %s", who, file, describe(e))
 		return
 	}
 	data, err := c.fs.ReadHead(resolved, maxAccountFile)
 	if err != nil {
-		c.warn("%s %q: read %s: %v", kind, name, file, err)
+		c.warn("%s: read %s: %s", who, file, errText(err))
 		return
 	}
 	for line := range bytes.SplitSeq(data, []byte("\n")) {
@@ -61,10 +65,10 @@ func (c *checker) checkAccount(kind, name, file string) {
 		}
 	}
 	if len(data) >= maxAccountFile {
-		c.warn("%s %q not found in the first %d bytes of %s", kind, name, maxAccountFile, file)
+		c.warn("%s not found in the first %d bytes of %s", who, maxAccountFile, file)
 		return
 	}
-	c.fail("%s %q not found in %s", kind, name, file)
+	c.fail("%s not found in %s", who, file)
 }
 
 // checkEnvd checks the injected envd: an ELF of the image's architecture
@@ -76,7 +80,9 @@ func (c *checker) checkEnvd() {
 	p := cleanAbs("/", c.spec.Envd)
 	resolved, e, rerr := c.resolve(p)
 	if rerr != nil {
-		c.fail("envd: %v", rerr)
+		if rerr.kind != errLimit {
+			c.fail("envd: %v", rerr)
+		}
 		return
 	}
 	lbl := "envd " + label(p, resolved)
@@ -86,7 +92,7 @@ func (c *checker) checkEnvd() {
 	}
 	head, err := c.fs.ReadHead(resolved, headSize)
 	if err != nil {
-		c.warn("%s: read header: %v", lbl, err)
+		c.warn("%s: read header: %s", lbl, errText(err))
 		return
 	}
 	if !isELF(head) {
