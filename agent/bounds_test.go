@@ -82,3 +82,26 @@ func TestReportsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestImageConfigOverCubeMastersColumn: an image whose configuration
+// would not fit CubeMaster's image_config_json column fails at PULLING,
+// before any layer is fetched, with a message saying why, instead of a
+// BUILT report CubeMaster could never store.
+func TestImageConfigOverCubeMastersColumn(t *testing.T) {
+	h := newHarness(t, nil)
+	env := make([]string, 0, 2000)
+	for i := range 2000 {
+		env = append(env, "VAR"+strings.Repeat("x", 30)+"="+strings.Repeat("v", 10)+string(rune('a'+i%26)))
+	}
+	h.builder.config = &rootfs.ImageConfig{Cmd: []string{"/bin/sh"}, Env: env}
+	h.start()
+	h.submit("big-config", "big-config:v1")
+	cb := h.terminal("big-config")
+	if cb.Field("status") != "FAILED" || cb.Field("phase") != "PULLING" ||
+		!strings.Contains(cb.Field("error_message"), "as image_config_json, over the 65535 bytes CubeMaster can store") {
+		t.Errorf("terminal report = %v, want FAILED at PULLING naming image_config_json's bound", cb.Body)
+	}
+	if n := h.builder.buildCount(); n != 0 {
+		t.Errorf("%d builds ran for an image whose BUILT report could never be stored", n)
+	}
+}

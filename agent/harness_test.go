@@ -57,6 +57,8 @@ type testBuilder struct {
 	whileWriting func(ctx context.Context, spec rootfs.Spec, temp string) error
 	// startCheck is the start check result the artifacts carry, when set.
 	startCheck *rootfs.StartCheck
+	// config is the image configuration Resolve gives, when set.
+	config *rootfs.ImageConfig
 }
 
 func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.Image, error) {
@@ -70,8 +72,12 @@ func (b *testBuilder) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.I
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(src.Ref))
+	cfg := rootfs.ImageConfig{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}
+	if b.config != nil {
+		cfg = *b.config
+	}
 	return &rootfs.Image{Digest: "registry.test/" + src.Ref + "@sha256:" + hex.EncodeToString(sum[:]),
-		Config: rootfs.ImageConfig{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}, CompressedSize: 1000}, nil
+		Config: cfg, CompressedSize: 1000}, nil
 }
 
 // CacheStats makes the agent export the layer cache series.

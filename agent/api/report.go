@@ -158,7 +158,7 @@ type builtBody struct {
 	Ext4Path       string `json:"ext4_path"`
 	Ext4SHA256     string `json:"ext4_sha256"`
 	Ext4SizeBytes  int64  `json:"ext4_size_bytes"`
-	ImageConfig    string `json:"image_config_json"`
+	ImageConfig    string `json:"image_config_json"` // at most MaxImageConfigJSON bytes
 	MasterNodeIP   string `json:"master_node_ip"`
 	// ObjectKey and StorageBackend go together: both or neither.
 	ObjectKey      *string `json:"object_key,omitempty"`
@@ -188,3 +188,8 @@ func BuiltReport(b Built) Report {
 	}
 	return Report{body}
 }
+
+// MaxImageConfigJSON bounds image_config_json: CubeMaster stores it in a
+// TEXT column (65,535 bytes in MySQL), and an insert that does not fit
+// fails, losing the BUILT report.
+const MaxImageConfigJSON = 65535

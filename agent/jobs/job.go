@@ -2,18 +2,20 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // jobRun is the state of one running job.
@@ -101,6 +103,12 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	})
 	if err != nil {
 		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
+	}
+	// Refused before any layer is fetched: the BUILT report could never
+	// be registered.
+	if cfg, err := json.Marshal(img.Config); err != nil || len(cfg) > api.MaxImageConfigJSON {
+		return nil, api.PhasePulling, fmt.Errorf("image %s: its configuration (Entrypoint, Cmd, Env, WorkingDir, User) is %d bytes "+
+			"as image_config_json, over the %d bytes CubeMaster can store", safetext.Name(t.SourceImageRef), len(cfg), api.MaxImageConfigJSON)
 	}
 
 	r.setPhase(ctx, api.PhaseUnpacking, api.ProgressUnpacking)
