@@ -8,23 +8,38 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
-// DefaultDenyNetworks lists the networks registry connections may not reach
-// when Options.DenyNetworks is nil: link-local addresses and the cloud
-// metadata services (AWS IPv6, Alibaba Cloud). Private ranges stay
+// defaultDeny is DefaultDenyNetworks, each with what it is.
+var defaultDeny = []struct{ prefix, what string }{
+	{"169.254.0.0/16", "link-local"},
+	{"fe80::/10", "link-local"},
+	{"169.254.169.254/32", "cloud metadata"},
+	{"fd00:ec2::254/128", "cloud metadata, AWS"},
+	{"fd00:ec2::23/128", "cloud metadata, AWS"},
+	{"fd20:ce::254/128", "cloud metadata, GCP"},
+	{"100.100.100.200/32", "cloud metadata, Alibaba Cloud"},
+}
+
+// DefaultDenyNetworks lists the networks no registry connection may
+// reach whatever Options.DenyNetworks adds: link-local addresses and the
+// cloud metadata services. Only Options.LiftDefaultDeny takes one out.
+// 169.254.169.254 is listed apart from 169.254.0.0/16, so that lifting
+// link-local does not open the metadata service. Private ranges stay
 // reachable, for local registries and mirrors; the host's own addresses
 // (LoopbackNetworks) are denied apart from this list.
 func DefaultDenyNetworks() []netip.Prefix {
-	return []netip.Prefix{
-		netip.MustParsePrefix("169.254.0.0/16"),
-		netip.MustParsePrefix("fe80::/10"),
-		netip.MustParsePrefix("fd00:ec2::254/128"),
-		netip.MustParsePrefix("100.100.100.200/32"),
+	out := make([]netip.Prefix, len(defaultDeny))
+	for i, d := range defaultDeny {
+		out[i] = netip.MustParsePrefix(d.prefix)
 	}
+	return out
 }
 
 // LoopbackNetworks lists the addresses that reach the agent's own host:
@@ -48,53 +63,101 @@ func LoopbackNetworks() []netip.Prefix {
 // (Options.DenyNetworks, Options.AllowNetworks).
 var ErrNetworkDenied = errors.New("registry address refused by the network policy")
 
+// DenyReason says which rule of the network policy refused an address.
+type DenyReason int
+
+// The rules of the network policy.
+const (
+	// DenyRule: the address is in a denied network, a default one or
+	// one of Options.DenyNetworks.
+	DenyRule DenyReason = iota + 1
+	// DenyNotAllowed: Options.AllowNetworks is set and the address is
+	// outside it.
+	DenyNotAllowed
+	// DenyLoopback: a loopback or unspecified address (LoopbackNetworks)
+	// nothing the operator configured lets the connection reach.
+	DenyLoopback
+)
+
 // NetworkDeniedError says which address a registry connection would have
 // reached and which rule refused it. errors.Is(err, ErrNetworkDenied) holds.
 type NetworkDeniedError struct {
+	// Reason is the rule that refused the address.
+	Reason DenyReason
 	// Host is the name or address the connection was made for, with the
 	// port when known.
 	Host string
-	// Addr is the address the connection would have reached.
+	// Addr is the address the connection would have reached; for
+	// DenySpelling the address the host reads as, if it reads as one.
 	Addr netip.Addr
-	// Rule is the registry.deny_networks entry Addr is in; the zero Prefix
-	// when Addr is outside every registry.allow_networks entry.
-	Rule netip.Prefix
-	// Allow lists registry.allow_networks when it refused Addr.
+	// Rule is the denied network Addr is in (DenyRule), and Default says
+	// whether it is one of DefaultDenyNetworks.
+	Rule    netip.Prefix
+	Default bool
+	// Allow lists registry.allow_networks (DenyNotAllowed).
 	Allow []netip.Prefix
-	// Loopback is set when Addr is one of the host's own (LoopbackNetworks)
-	// and nothing the operator configured lets the connection reach it.
-	Loopback bool
 }
 
 // Error names the address, its host and the rule that refused it, and for
-// the host's own addresses the settings that allow them.
+// the host's own addresses the settings that allow them. Names and hosts
+// that come from a reference or a registry's answer are cut to a bounded
+// length.
 func (e *NetworkDeniedError) Error() string {
+	// Loopback addresses are named with the port, which is what the
+	// settings that allow them list.
+	of := hostOnly(e.Host)
+	if e.Reason == DenyLoopback {
+		of = e.Host
+	}
 	who := "registry address " + e.Addr.String()
-	if e.Loopback {
-		if e.Host != "" && e.Host != e.Addr.String() {
-			who += " (of " + e.Host + ")"
-		}
+	if of != "" && of != e.Addr.String() {
+		who += " (of " + bound(of) + ")"
+	}
+	switch e.Reason {
+	case DenyLoopback:
 		net := "127.0.0.0/8"
 		if e.Addr.Is6() {
 			net = "::1/128"
 		}
 		return fmt.Sprintf("%s is loopback, denied by default; list the registry in registry.insecure or registry.mirrors, or add %s to registry.allow_networks", who, net)
-	}
-	if h := hostOnly(e.Host); h != "" && h != e.Addr.String() {
-		who += " (of " + h + ")"
-	}
-	if e.Rule.IsValid() {
+	case DenyRule:
+		if e.Default {
+			return fmt.Sprintf("%s is in %s (%s), denied by default", who, e.Rule, defaultWhat(e.Rule))
+		}
 		return fmt.Sprintf("%s is in registry.deny_networks %s", who, e.Rule)
+	case DenyNotAllowed:
+		allow := make([]string, len(e.Allow))
+		for i, p := range e.Allow {
+			allow[i] = p.String()
+		}
+		return fmt.Sprintf("%s is not in registry.allow_networks (%s)", who, strings.Join(allow, ", "))
 	}
-	allow := make([]string, len(e.Allow))
-	for i, p := range e.Allow {
-		allow[i] = p.String()
-	}
-	return fmt.Sprintf("%s is not in registry.allow_networks (%s)", who, strings.Join(allow, ", "))
+	return who + " is refused by the network policy"
 }
 
 // Is reports ErrNetworkDenied.
 func (e *NetworkDeniedError) Is(target error) bool { return target == ErrNetworkDenied }
+
+// defaultWhat says what a default denied network is.
+func defaultWhat(p netip.Prefix) string {
+	for _, d := range defaultDeny {
+		if netip.MustParsePrefix(d.prefix) == p {
+			return d.what
+		}
+	}
+	return "default"
+}
+
+// maxShown caps the bytes of a name or URL from a reference or a
+// registry's answer that an error message shows.
+const maxShown = safetext.NameMax
+
+// bound cuts text that came from a reference or a registry's answer (a
+// realm, a redirect's Location, a host name) to maxShown bytes, marking
+// the cut, before an error message shows it. It does not quote: the
+// messages name hosts as upstream's do, and url.Parse leaves no space or
+// control character in a host.
+func bound(s string) string { return safetext.Clip(s, maxShown) }
 
 // hostOnly strips the port from host:port, and the brackets of an IPv6
 // literal.
@@ -105,36 +168,59 @@ func hostOnly(hostport string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
 }
 
+// denyRule is one denied network; what is set for the defaults.
+type denyRule struct {
+	net  netip.Prefix
+	what string
+}
+
 // netPolicy decides which addresses registry connections may reach: none in
 // deny; when allow is not empty, only those in allow; and none of the
 // host's own (LoopbackNetworks) unless allow holds the address or the
 // connection is for a host the operator listed.
 type netPolicy struct {
-	deny, allow []netip.Prefix
+	deny  []denyRule
+	allow []netip.Prefix
 	// listed holds the operator's registry hosts, lower case, as
 	// "host:port", or as "host" for an entry without a port (any port).
 	listed map[string]bool
 }
 
 // newNetPolicy normalises the prefixes: masked, IPv4-mapped IPv6 prefixes
-// as IPv4. nil deny means DefaultDenyNetworks. listed names the registry
-// hosts ("host[:port]") that may be on the host's own addresses.
-func newNetPolicy(deny, allow []netip.Prefix, listed []string) (*netPolicy, error) {
-	if deny == nil {
-		deny = DefaultDenyNetworks()
-	}
+// as IPv4. The defaults (DefaultDenyNetworks) apply but for those in lift,
+// each of which must be one of them; deny adds to them. listed names the
+// registry hosts ("host[:port]") that may be on the host's own addresses.
+func newNetPolicy(deny, allow, lift []netip.Prefix, listed []string) (*netPolicy, error) {
 	p := &netPolicy{listed: make(map[string]bool)}
 	p.list(listed...)
+	defaults := DefaultDenyNetworks()
+	for _, l := range lift {
+		if !l.IsValid() || !slices.Contains(defaults, normPrefix(l)) {
+			list := make([]string, len(defaults))
+			for i, d := range defaults {
+				list[i] = d.String()
+			}
+			return nil, fmt.Errorf("LiftDefaultDeny: %v is not one of the default denied networks (%s)", l, strings.Join(list, ", "))
+		}
+	}
+	for i, d := range defaults {
+		if !slices.ContainsFunc(lift, func(l netip.Prefix) bool { return normPrefix(l) == d }) {
+			p.deny = append(p.deny, denyRule{net: d, what: defaultDeny[i].what})
+		}
+	}
 	for _, l := range []struct {
-		key  string
-		in   []netip.Prefix
-		into *[]netip.Prefix
-	}{{"DenyNetworks", deny, &p.deny}, {"AllowNetworks", allow, &p.allow}} {
+		key string
+		in  []netip.Prefix
+		add func(netip.Prefix)
+	}{
+		{"DenyNetworks", deny, func(pr netip.Prefix) { p.deny = append(p.deny, denyRule{net: pr}) }},
+		{"AllowNetworks", allow, func(pr netip.Prefix) { p.allow = append(p.allow, pr) }},
+	} {
 		for _, pr := range l.in {
 			if !pr.IsValid() {
 				return nil, fmt.Errorf("%s: invalid prefix %v", l.key, pr)
 			}
-			*l.into = append(*l.into, normPrefix(pr))
+			l.add(normPrefix(pr))
 		}
 	}
 	return p, nil
@@ -148,15 +234,25 @@ func normPrefix(p netip.Prefix) netip.Prefix {
 	return p.Masked()
 }
 
+// denied returns the narrowest denied network holding addr.
+func (p *netPolicy) denied(addr netip.Addr) (denyRule, bool) {
+	var best denyRule
+	found := false
+	for _, r := range p.deny {
+		if r.net.Contains(addr) && (!found || r.net.Bits() > best.net.Bits()) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
 // check refuses addr when the policy does; target is the "host:port" the
 // connection is for: it is matched against the listed hosts, and named in
 // the message.
 func (p *netPolicy) check(target string, addr netip.Addr) error {
 	addr = addr.Unmap().WithZone("")
-	for _, pr := range p.deny {
-		if pr.Contains(addr) {
-			return &NetworkDeniedError{Host: target, Addr: addr, Rule: pr}
-		}
+	if r, ok := p.denied(addr); ok {
+		return &NetworkDeniedError{Reason: DenyRule, Host: target, Addr: addr, Rule: r.net, Default: r.what != ""}
 	}
 	allowed := false
 	for _, pr := range p.allow {
@@ -166,14 +262,14 @@ func (p *netPolicy) check(target string, addr netip.Addr) error {
 		}
 	}
 	if len(p.allow) > 0 && !allowed {
-		return &NetworkDeniedError{Host: target, Addr: addr, Allow: p.allow}
+		return &NetworkDeniedError{Reason: DenyNotAllowed, Host: target, Addr: addr, Allow: p.allow}
 	}
 	if allowed || p.isListed(target) {
 		return nil
 	}
 	for _, pr := range LoopbackNetworks() {
 		if pr.Contains(addr) {
-			return &NetworkDeniedError{Host: target, Addr: addr, Loopback: true}
+			return &NetworkDeniedError{Reason: DenyLoopback, Host: target, Addr: addr}
 		}
 	}
 	return nil
@@ -199,7 +295,7 @@ func (p *netPolicy) isListed(target string) bool {
 func (p *netPolicy) checkAddr(target, hostport string) error {
 	ap, err := netip.ParseAddrPort(hostport)
 	if err != nil {
-		return fmt.Errorf("registry connection to %s: address %q is not an IP address the network policy can check", target, hostport)
+		return fmt.Errorf("registry connection to %s: address %q is not an IP address the network policy can check", bound(target), bound(hostport))
 	}
 	return p.check(target, ap.Addr())
 }

@@ -169,7 +169,7 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestNetPolicyCheck(t *testing.T) {
-	p, err := newNetPolicy(nil, nil, nil)
+	p, err := newNetPolicy(nil, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +196,11 @@ func TestNetPolicyCheck(t *testing.T) {
 		}
 	}
 	// The dialer's Control hook sees "ip:port", IPv4-mapped or not.
-	if err := p.checkAddr("h", "[::ffff:169.254.169.254]:80"); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "169.254.169.254 (of h) is in registry.deny_networks 169.254.0.0/16") {
+	if err := p.checkAddr("h", "[::ffff:169.254.169.254]:80"); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "169.254.169.254 (of h) is in 169.254.169.254/32 (cloud metadata), denied by default") {
 		t.Errorf("checkAddr of an IPv4-mapped metadata address = %v, want denied", err)
 	}
 	// An IPv4-mapped rule covers the IPv4 address.
-	p, err = newNetPolicy(prefixes(t, "::ffff:10.0.0.0/104"), nil, nil)
+	p, err = newNetPolicy(prefixes(t, "::ffff:10.0.0.0/104"), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,12 +74,15 @@ type Options struct {
 	// or DialTLSContext of its own is kept, and the address each of its
 	// connections reached is checked before a byte is sent on it.
 	Transport http.RoundTripper
-	// DenyNetworks lists the networks no registry connection may reach:
-	// registry, token endpoint, blob redirects, mirrors. Names are checked
-	// after resolution, IPv4-mapped IPv6 addresses as IPv4. nil means
-	// DefaultDenyNetworks; an empty slice denies nothing. Through an HTTP
+	// DenyNetworks lists networks no registry connection may reach
+	// (registry, token endpoint, blob redirects, mirrors), besides
+	// DefaultDenyNetworks, which always apply. Names are checked after
+	// resolution, IPv4-mapped IPv6 addresses as IPv4. Through an HTTP
 	// proxy only address literals in URLs can be checked.
 	DenyNetworks []netip.Prefix
+	// LiftDefaultDeny lists entries of DefaultDenyNetworks that do not
+	// apply; each must be one of them, as written there.
+	LiftDefaultDeny []netip.Prefix
 	// AllowNetworks, when not empty, is the only networks registry
 	// connections may reach (DenyNetworks still applies).
 	AllowNetworks []netip.Prefix
@@ -205,7 +208,7 @@ func New(opts Options) (*Puller, error) {
 	if reg.keychain == nil {
 		reg.keychain = authn.DefaultKeychain
 	}
-	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks, nil)
+	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks, opts.LiftDefaultDeny, nil)
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
