@@ -33,7 +33,8 @@ var defaultDeny = []struct{ prefix, what string }{
 // 169.254.169.254 is listed apart from 169.254.0.0/16, so that lifting
 // link-local does not open the metadata service. Private ranges stay
 // reachable, for local registries and mirrors; the host's own addresses
-// (LoopbackNetworks) are denied apart from this list.
+// (LoopbackNetworks, and every address of its interfaces) are denied apart
+// from this list.
 func DefaultDenyNetworks() []netip.Prefix {
 	out := make([]netip.Prefix, len(defaultDeny))
 	for i, d := range defaultDeny {
@@ -42,14 +43,15 @@ func DefaultDenyNetworks() []netip.Prefix {
 	return out
 }
 
-// LoopbackNetworks lists the addresses that reach the agent's own host:
-// loopback, and the unspecified addresses, which Linux connects to the
-// host as well. Registry connections may not reach them unless the
-// operator named the registry (Options.Insecure, a mirror in
-// Options.Mirrors) or allowed the address (Options.AllowNetworks): an
-// image reference or a registry's redirect would otherwise reach any
-// service of the host, on any path, and the error would tell a port scan
-// what is there.
+// LoopbackNetworks lists the addresses that reach the agent's own host
+// whatever its interfaces: loopback, and the unspecified addresses, which
+// Linux connects to the host as well. Registry connections may not reach
+// them, nor any other address the kernel delivers to this host (an
+// interface's address), unless the operator named the registry
+// (Options.Insecure, a mirror in Options.Mirrors) or allowed the address
+// (Options.AllowNetworks): an image reference or a registry's redirect
+// would otherwise reach any service of the host, on any path, and the
+// error would tell a port scan what is there.
 func LoopbackNetworks() []netip.Prefix {
 	return []netip.Prefix{
 		netip.MustParsePrefix("127.0.0.0/8"),
@@ -77,6 +79,9 @@ const (
 	// DenyLoopback: a loopback or unspecified address (LoopbackNetworks)
 	// nothing the operator configured lets the connection reach.
 	DenyLoopback
+	// DenyLocal: another address the kernel delivers to this host (an
+	// interface's), which nothing the operator configured allows.
+	DenyLocal
 )
 
 // NetworkDeniedError says which address a registry connection would have
@@ -96,6 +101,8 @@ type NetworkDeniedError struct {
 	Default bool
 	// Allow lists registry.allow_networks (DenyNotAllowed).
 	Allow []netip.Prefix
+	// err is why a check could not be made (DenyLocal).
+	err error
 }
 
 // Error names the address, its host and the rule that refused it, and for
@@ -103,10 +110,10 @@ type NetworkDeniedError struct {
 // that come from a reference or a registry's answer are cut to a bounded
 // length.
 func (e *NetworkDeniedError) Error() string {
-	// Loopback addresses are named with the port, which is what the
-	// settings that allow them list.
+	// The host's own addresses are named with the port, which is what
+	// the settings that allow them list.
 	of := hostOnly(e.Host)
-	if e.Reason == DenyLoopback {
+	if e.Reason == DenyLoopback || e.Reason == DenyLocal {
 		of = e.Host
 	}
 	who := "registry address " + e.Addr.String()
@@ -120,6 +127,12 @@ func (e *NetworkDeniedError) Error() string {
 			net = "::1/128"
 		}
 		return fmt.Sprintf("%s is loopback, denied by default; list the registry in registry.insecure or registry.mirrors, or add %s to registry.allow_networks", who, net)
+	case DenyLocal:
+		if e.err != nil {
+			return fmt.Sprintf("%s refused: cannot tell whether it is an address of this host: %v", who, e.err)
+		}
+		return fmt.Sprintf("%s is an address of this host, denied by default; list the registry in registry.insecure or registry.mirrors, or add %s to registry.allow_networks",
+			who, netip.PrefixFrom(e.Addr, e.Addr.BitLen()))
 	case DenyRule:
 		if e.Default {
 			return fmt.Sprintf("%s is in %s (%s), denied by default", who, e.Rule, defaultWhat(e.Rule))
@@ -137,6 +150,10 @@ func (e *NetworkDeniedError) Error() string {
 
 // Is reports ErrNetworkDenied.
 func (e *NetworkDeniedError) Is(target error) bool { return target == ErrNetworkDenied }
+
+// Unwrap returns why a check could not be made, if that refused the
+// address.
+func (e *NetworkDeniedError) Unwrap() error { return e.err }
 
 // defaultWhat says what a default denied network is.
 func defaultWhat(p netip.Prefix) string {
@@ -175,15 +192,17 @@ type denyRule struct {
 }
 
 // netPolicy decides which addresses registry connections may reach: none in
-// deny; when allow is not empty, only those in allow; and none of the
-// host's own (LoopbackNetworks) unless allow holds the address or the
-// connection is for a host the operator listed.
+// deny; when allow is not empty, only those in allow; none of the host's
+// own (LoopbackNetworks, the interfaces' addresses) unless allow holds the
+// address or the connection is for a host the operator listed.
 type netPolicy struct {
 	deny  []denyRule
 	allow []netip.Prefix
 	// listed holds the operator's registry hosts, lower case, as
 	// "host:port", or as "host" for an entry without a port (any port).
 	listed map[string]bool
+	// local reports whether the kernel delivers an address to this host.
+	local func(netip.Addr) (bool, error)
 }
 
 // newNetPolicy normalises the prefixes: masked, IPv4-mapped IPv6 prefixes
@@ -191,7 +210,7 @@ type netPolicy struct {
 // each of which must be one of them; deny adds to them. listed names the
 // registry hosts ("host[:port]") that may be on the host's own addresses.
 func newNetPolicy(deny, allow, lift []netip.Prefix, listed []string) (*netPolicy, error) {
-	p := &netPolicy{listed: make(map[string]bool)}
+	p := &netPolicy{listed: make(map[string]bool), local: hostAddress}
 	p.list(listed...)
 	defaults := DefaultDenyNetworks()
 	for _, l := range lift {
@@ -271,6 +290,10 @@ func (p *netPolicy) check(target string, addr netip.Addr) error {
 		if pr.Contains(addr) {
 			return &NetworkDeniedError{Reason: DenyLoopback, Host: target, Addr: addr}
 		}
+	}
+	local, err := p.local(addr)
+	if err != nil || local {
+		return &NetworkDeniedError{Reason: DenyLocal, Host: target, Addr: addr, err: err}
 	}
 	return nil
 }

@@ -28,6 +28,9 @@ type netns struct {
 	addrs []string
 	// hosts maps names to addresses, the namespace's /etc/hosts.
 	hosts map[string]string
+	// routes are added after the addresses, each the arguments of
+	// `ip route add`.
+	routes []string
 }
 
 // inNetns runs the calling top-level test again, in a child process with
@@ -79,6 +82,9 @@ func (ns netns) setUp(t *testing.T) {
 			args = append(args, "nodad") // usable at once, not tentative
 		}
 		ip(args...)
+	}
+	for _, r := range ns.routes {
+		ip(append([]string{"route", "add"}, strings.Fields(r)...)...)
 	}
 	// Private mounts: the bind mount stays in this namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {

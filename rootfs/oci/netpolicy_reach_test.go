@@ -20,6 +20,42 @@ func portOf(t *testing.T, hostport string) string {
 	return port
 }
 
+// TestHostAddressDenied: an address of the host that is not loopback
+// (192.0.2.7 and 2001:db8::7 on lo, in the test's own namespace) reaches
+// every service bound to 0.0.0.0, as the node's eth0 address does: a
+// reference to it is refused like loopback, by address or by name, with no
+// connection made; listing the registry or allowing the address lets it
+// be reached.
+func TestHostAddressDenied(t *testing.T) {
+	if !inNetns(t, netns{addrs: []string{"192.0.2.7/32", "2001:db8::7/128"},
+		hosts: map[string]string{"node.example": "192.0.2.7", "node6.example": "2001:db8::7"}}) {
+		return
+	}
+	img := testImage(t, 1, 512)
+	want := compressedLayers(t, img)
+	ctx := context.Background()
+	// An IPv6 literal is no valid image reference: the IPv6 address is
+	// named.
+	for _, c := range []struct{ listen, host, addr, net string }{
+		{"192.0.2.7:0", "192.0.2.7", "192.0.2.7", "192.0.2.7/32"},
+		{"192.0.2.7:0", "node.example", "192.0.2.7", "192.0.2.7/32"},
+		{"[2001:db8::7]:0", "node6.example", "2001:db8::7", "2001:db8::7/128"},
+	} {
+		reg := newTrap(t, c.listen)
+		push(t, reg.side+"/app:v1", img)
+		before := reg.counts()
+		host := c.host + ":" + portOf(t, reg.host)
+		t.Run(host, func(t *testing.T) {
+			p := newStrictPuller(t, Options{})
+			_, err := p.Resolve(ctx, Source{Ref: "http://" + host + "/app:v1"})
+			wantDenied(t, err, "registry address "+c.addr+" (of "+host+") is an address of this host, denied by default; list the registry in registry.insecure or registry.mirrors, or add "+c.net+" to registry.allow_networks")
+			reg.untouchedSince(t, before)
+			fetchAll(t, newStrictPuller(t, Options{Insecure: []string{host}}), Source{Ref: host + "/app:v1"}, want)
+			fetchAll(t, newStrictPuller(t, Options{AllowNetworks: prefixes(t, c.net)}), Source{Ref: "http://" + host + "/app:v1"}, want)
+		})
+	}
+}
+
 // TestDefaultDenyAlwaysApplies: setting DenyNetworks adds to the default
 // deny (link-local, cloud metadata) instead of replacing it, and the
 // metadata addresses of GCP and AWS over IPv6 are in it.

@@ -17,6 +17,7 @@ func TestDefaultDenyLift(t *testing.T) {
 		if err != nil {
 			t.Fatalf("newNetPolicy(deny %v, lift %v): %v", deny, lift, err)
 		}
+		p.local = notLocal
 		return p
 	}
 	check := func(p *netPolicy, addr, want string) {

@@ -84,7 +84,8 @@ type Options struct {
 	// apply; each must be one of them, as written there.
 	LiftDefaultDeny []netip.Prefix
 	// AllowNetworks, when not empty, is the only networks registry
-	// connections may reach (DenyNetworks still applies).
+	// connections may reach (DenyNetworks still applies). An address in
+	// it may be reached even if it is one of the host's own.
 	AllowNetworks []netip.Prefix
 	// StallTimeout ends a registry request whose response headers bring
 	// no data for this long, or whose body brings less than
