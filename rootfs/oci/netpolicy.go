@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,6 +63,37 @@ func LoopbackNetworks() []netip.Prefix {
 	}
 }
 
+// internalNetworks are the addresses a registry at a public address may
+// not lead the agent to by a token realm or a redirect: private,
+// unique-local, shared (carrier-grade NAT, where some cloud services
+// live), benchmarking, site-local, link-local, loopback and unspecified.
+var internalNetworks = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("fec0::/10"),
+}
+
+// isInternal reports whether a is in internalNetworks.
+func isInternal(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	for _, p := range internalNetworks {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // ErrNetworkDenied marks a registry connection the network policy refused
 // (Options.DenyNetworks, Options.AllowNetworks).
 var ErrNetworkDenied = errors.New("registry address refused by the network policy")
@@ -82,6 +115,14 @@ const (
 	// DenyLocal: another address the kernel delivers to this host (an
 	// interface's), which nothing the operator configured allows.
 	DenyLocal
+	// DenyEscalation: an internal address (private, link-local,
+	// unique-local, loopback) reached through a token realm or a redirect
+	// of a registry at a public address.
+	DenyEscalation
+	// DenyCrossing: a registry's own connections reached a public address
+	// and now an internal one, or the other way round, while its
+	// credentials and tokens were in use.
+	DenyCrossing
 )
 
 // NetworkDeniedError says which address a registry connection would have
@@ -101,6 +142,9 @@ type NetworkDeniedError struct {
 	Default bool
 	// Allow lists registry.allow_networks (DenyNotAllowed).
 	Allow []netip.Prefix
+	// Registry is the registry host a token realm or redirect came from
+	// (DenyEscalation), or whose connections crossed (DenyCrossing).
+	Registry string
 	// err is why a check could not be made (DenyLocal).
 	err error
 }
@@ -144,6 +188,16 @@ func (e *NetworkDeniedError) Error() string {
 			allow[i] = p.String()
 		}
 		return fmt.Sprintf("%s is not in registry.allow_networks (%s)", who, strings.Join(allow, ", "))
+	case DenyEscalation:
+		return fmt.Sprintf("%s is internal (private, loopback, link-local or unique-local), and a token realm or redirect of the registry %s, at a public address, may not lead there",
+			who, bound(e.Registry))
+	case DenyCrossing:
+		side, before := "internal", "a public"
+		if !isInternal(e.Addr) {
+			side, before = "public", "an internal"
+		}
+		return fmt.Sprintf("%s is %s, but registry %s was reached at %s address before: a registry may not cross between public and internal addresses while its token is in use",
+			who, side, bound(e.Registry), before)
 	}
 	return who + " is refused by the network policy"
 }
@@ -194,7 +248,9 @@ type denyRule struct {
 // netPolicy decides which addresses registry connections may reach: none in
 // deny; when allow is not empty, only those in allow; none of the host's
 // own (LoopbackNetworks, the interfaces' addresses) unless allow holds the
-// address or the connection is for a host the operator listed.
+// address or the connection is for a host the operator listed. On top of
+// that, reach (below) keeps a registry at a public address from leading
+// the agent into internal networks.
 type netPolicy struct {
 	deny  []denyRule
 	allow []netip.Prefix
@@ -313,26 +369,73 @@ func (p *netPolicy) isListed(target string) bool {
 	return p.listed[t] || p.listed[hostOnly(t)]
 }
 
-// checkAddr checks a "host:port" or net.Addr string whose host is an IP
-// address; anything else is refused, since the policy cannot place it.
-func (p *netPolicy) checkAddr(target, hostport string) error {
+// need is what a connection pool asks of an address besides the policy:
+// the side (public or internal) a registry's connections keep to.
+type need int
+
+const (
+	needAny      need = iota // the policy alone
+	needPublic               // and a public address
+	needInternal             // and an internal one
+)
+
+// dialKey is the context key of the dialInfo of a request.
+type dialKey struct{}
+
+// dialInfo is what reach tells the dialers about the request a connection
+// is made for: it names the registry in refusals, and a connection to the
+// proxy is not held to the side of the registry behind it.
+type dialInfo struct {
+	// registry is the host of the registry the request is for.
+	registry string
+	// derived is set when the request's host is not the registry's: a
+	// token realm or a redirect.
+	derived bool
+	// proxied is set when the connection goes to the proxy.
+	proxied bool
+}
+
+// checkNeed refuses addr when it is not on the side n asks for.
+func checkNeed(n need, info dialInfo, target string, addr netip.Addr) error {
+	if n == needAny || info.proxied {
+		return nil
+	}
+	addr = addr.Unmap().WithZone("")
+	if internal := isInternal(addr); internal == (n == needInternal) {
+		return nil
+	}
+	reason := DenyCrossing
+	if info.derived {
+		reason = DenyEscalation
+	}
+	return &NetworkDeniedError{Reason: reason, Host: target, Addr: addr, Registry: info.registry}
+}
+
+// checkDial checks the address a connection for target (host:port) is
+// about to reach, or reached: hostport is "ip:port".
+func (p *netPolicy) checkDial(ctx context.Context, n need, target, hostport string) error {
 	ap, err := netip.ParseAddrPort(hostport)
 	if err != nil {
 		return fmt.Errorf("registry connection to %s: address %q is not an IP address the network policy can check", bound(target), bound(hostport))
 	}
-	return p.check(target, ap.Addr())
+	if err := p.check(target, ap.Addr()); err != nil {
+		return err
+	}
+	info, _ := ctx.Value(dialKey{}).(dialInfo)
+	return checkNeed(n, info, target, ap.Addr())
 }
 
 // dialer returns a DialContext that checks each resolved address in the
-// socket's Control hook, before connecting: a name cannot resolve its way
-// around the policy, and a refused address sees no connection attempt.
-func (p *netPolicy) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
+// socket's ControlContext hook, before connecting: a name cannot resolve
+// its way around the policy, and a refused address sees no connection
+// attempt.
+func (p *netPolicy) dialer(n need) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		d := &net.Dialer{
 			Timeout:   30 * time.Second,
 			KeepAlive: 30 * time.Second,
-			Control: func(_, address string, _ syscall.RawConn) error {
-				return p.checkAddr(addr, address)
+			ControlContext: func(ctx context.Context, _, address string, _ syscall.RawConn) error {
+				return p.checkDial(ctx, n, addr, address)
 			},
 		}
 		return d.DialContext(ctx, network, addr)
@@ -341,13 +444,13 @@ func (p *netPolicy) dialer() func(ctx context.Context, network, addr string) (ne
 
 // wrapDial keeps a transport's own dial function and checks the address
 // each connection reached before any byte is sent on it.
-func (p *netPolicy) wrapDial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (p *netPolicy) wrapDial(n need, dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		if err := p.checkAddr(addr, conn.RemoteAddr().String()); err != nil {
+		if err := p.checkDial(ctx, n, addr, conn.RemoteAddr().String()); err != nil {
 			conn.Close()
 			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 		}
@@ -355,17 +458,33 @@ func (p *netPolicy) wrapDial(dial func(ctx context.Context, network, addr string
 	}
 }
 
-// policyTransport installs the policy on a clone of base: its dialers go
+// pools are the clones of the registry transport, one per need: a
+// connection in a pool was checked for that pool's need when it was
+// dialled, so a request reusing it gets what it needs.
+type pools struct {
+	any, public, internal *http.Transport
+}
+
+func (ps *pools) of(n need) *http.Transport {
+	switch n {
+	case needPublic:
+		return ps.public
+	case needInternal:
+		return ps.internal
+	}
+	return ps.any
+}
+
+// policyTransports installs the policy on clones of base: their dialers go
 // through the policy (see dialer and wrapDial). base must be an
 // *http.Transport (nil means remote's default settings), so that nothing
 // dials around the policy.
-func (p *netPolicy) policyTransport(base http.RoundTripper, def *http.Transport) (*http.Transport, error) {
+func (p *netPolicy) policyTransports(base http.RoundTripper, def *http.Transport) (*pools, error) {
 	var tr *http.Transport
 	switch b := base.(type) {
 	case nil:
 		tr = def.Clone()
-		tr.DialContext = p.dialer()
-		return tr, nil
+		tr.DialContext, tr.DialTLSContext = nil, nil
 	case *http.Transport:
 		tr = b.Clone()
 	default:
@@ -377,27 +496,144 @@ func (p *netPolicy) policyTransport(base http.RoundTripper, def *http.Transport)
 	if tr.Dial != nil || tr.DialTLS != nil {
 		return nil, errors.New("the Transport sets the deprecated Dial or DialTLS: use DialContext or DialTLSContext")
 	}
-	if tr.DialContext == nil {
-		tr.DialContext = p.dialer()
-	} else {
-		tr.DialContext = p.wrapDial(tr.DialContext)
+	make1 := func(n need) *http.Transport {
+		c := tr.Clone()
+		if tr.DialContext == nil {
+			c.DialContext = p.dialer(n)
+		} else {
+			c.DialContext = p.wrapDial(n, tr.DialContext)
+		}
+		if tr.DialTLSContext != nil {
+			c.DialTLSContext = p.wrapDial(n, tr.DialTLSContext)
+		}
+		return c
 	}
-	if tr.DialTLSContext != nil {
-		tr.DialTLSContext = p.wrapDial(tr.DialTLSContext)
-	}
-	return tr, nil
+	return &pools{any: make1(needAny), public: make1(needPublic), internal: make1(needInternal)}, nil
 }
 
 // checkURL refuses a request whose URL names a refused address literal.
 // It matters when a proxy dials for us: the dialer then sees the proxy's
 // address, not the registry's.
 func (p *netPolicy) checkURL(req *http.Request) error {
-	h := req.URL.Hostname()
-	a, err := netip.ParseAddr(h)
-	if err != nil {
+	a, ok := hostAddr(req.URL.Hostname())
+	if !ok {
 		return nil // a name: checked when dialled (without a proxy)
 	}
 	return p.check(urlTarget(req.URL), a)
+}
+
+// hostAddr reads host (a URL's host name) as an IP address: ok is false
+// for a name.
+func hostAddr(host string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// reach keeps a registry endpoint's connections on one side while its
+// authenticated transport (and the token it holds) is in use: its first
+// connection tells whether the registry is at a public or an internal
+// address. A registry at a public address may not lead the agent into
+// internal networks by a token realm or a redirect (a realm's answer
+// becomes the token sent back to the registry: one field of any internal
+// GET endpoint would be read); a registry at an internal address may. And
+// a registry's own connections may not cross sides, or a name that
+// answers internal first and public later would carry a token fetched
+// inside to the outside.
+type reach struct {
+	policy *netPolicy
+	pools  *pools
+	// registry is the registry's host name, lower case; requests for
+	// another host are derived (realms, redirects).
+	registry string
+	// side is unknown (0) until the first connection, then sidePublic
+	// or sideInternal for good.
+	side atomic.Int32
+}
+
+const (
+	sidePublic   = 1
+	sideInternal = 2
+)
+
+var _ http.RoundTripper = (*reach)(nil)
+
+func newReach(policy *netPolicy, ps *pools, registry string) *reach {
+	return &reach{policy: policy, pools: ps, registry: normHost(hostOnly(registry))}
+}
+
+func normHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
+
+// settle records the side of the registry's first connection: public if
+// any of addrs is public.
+func (r *reach) settle(addrs ...netip.Addr) {
+	side := int32(sideInternal)
+	if len(addrs) == 0 || slices.ContainsFunc(addrs, func(a netip.Addr) bool { return !isInternal(a) }) {
+		side = sidePublic
+	}
+	r.side.CompareAndSwap(0, side)
+}
+
+// RoundTrip sends req through the pool its registry's side asks for.
+// Behind a proxy, the dialers see the proxy's address: a host that is an
+// address is then checked here, and a registry whose host is a name
+// counts as public.
+func (r *reach) RoundTrip(req *http.Request) (*http.Response, error) {
+	target := urlTarget(req.URL)
+	host := normHost(req.URL.Hostname())
+	proxied := false
+	if r.pools.any.Proxy != nil {
+		u, err := r.pools.any.Proxy(req)
+		if err != nil {
+			return nil, err
+		}
+		proxied = u != nil
+	}
+	var addrs []netip.Addr
+	if a, isAddr := hostAddr(host); isAddr {
+		addrs = []netip.Addr{a}
+	}
+	for _, a := range addrs {
+		if err := r.policy.check(target, a); err != nil {
+			return nil, err
+		}
+	}
+	info := dialInfo{registry: r.registry, derived: host != r.registry, proxied: proxied}
+	ctx := req.Context()
+	if !info.derived && r.side.Load() == 0 {
+		switch {
+		case len(addrs) > 0 || proxied:
+			r.settle(addrs...) // a name behind the proxy counts as public
+		default:
+			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+				if ap, err := netip.ParseAddrPort(ci.Conn.RemoteAddr().String()); err == nil {
+					r.settle(ap.Addr())
+				}
+			}})
+		}
+	}
+	n := needAny
+	switch side := r.side.Load(); {
+	case info.derived && side != sideInternal:
+		n = needPublic // unknown counts as public
+	case info.derived:
+	case side == sidePublic:
+		n = needPublic
+	case side == sideInternal:
+		n = needInternal
+	}
+	for _, a := range addrs {
+		// The dialers check the same when there is no proxy; behind one
+		// only this does.
+		info := info
+		info.proxied = false
+		if err := checkNeed(n, info, target, a); err != nil {
+			return nil, err
+		}
+	}
+	return r.pools.of(n).RoundTrip(req.WithContext(context.WithValue(ctx, dialKey{}, info)))
 }
 
 // urlTarget is the "host:port" a URL connects to.

@@ -1,9 +1,11 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -102,5 +105,48 @@ func (ns netns) setUp(t *testing.T) {
 	if err := unix.Mount(hosts, "/etc/hosts", "", unix.MS_BIND, ""); err != nil {
 		t.Fatalf("mount %s over /etc/hosts: %v", hosts, err)
 	}
-	t.Cleanup(func() { unix.Unmount("/etc/hosts", 0) })
+	netnsHosts = hosts
+	t.Cleanup(func() {
+		unix.Unmount("/etc/hosts", 0)
+		netnsHosts = ""
+	})
+}
+
+// netnsHosts is the file mounted over /etc/hosts in the namespace, ""
+// outside it.
+var netnsHosts string
+
+// rehost points name at addr in the namespace's /etc/hosts and waits
+// until the resolver answers with it (Go reads the file again after 5
+// seconds).
+func rehost(t *testing.T, name, addr string) {
+	t.Helper()
+	if netnsHosts == "" {
+		t.Fatal("rehost outside a test namespace")
+	}
+	b, err := os.ReadFile(netnsHosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(l); len(f) != 2 || f[1] != name {
+			lines = append(lines, l)
+		}
+	}
+	lines = append(lines, addr+" "+name)
+	if err := os.WriteFile(netnsHosts, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, err := net.DefaultResolver.LookupHost(context.Background(), name)
+		if err == nil && len(got) == 1 && got[0] == addr {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still resolves to %v, %v", name, got, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -3,13 +3,36 @@ package oci
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"net"
+	"net/http"
 	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // These tests run in network namespaces of their own (inNetns): every
 // address they use, public-looking or private, is on the namespace's lo.
+
+// pushPlain writes img to ref over plain HTTP, whatever its host.
+func pushPlain(t *testing.T, ref string, img v1.Image) {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatalf("parse %s: %v", ref, err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+}
 
 func portOf(t *testing.T, hostport string) string {
 	t.Helper()
@@ -18,6 +41,221 @@ func portOf(t *testing.T, hostport string) string {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// bearerRegistry is a registry that, once on, answers every request
+// without a bearer token with a 401 naming realm, and records the
+// Authorization headers it was sent.
+type bearerRegistry struct {
+	*trap
+	on atomic.Bool
+
+	mu    sync.Mutex
+	auths []string
+}
+
+func newBearerRegistry(t *testing.T, addr, realm string) *bearerRegistry {
+	t.Helper()
+	br := &bearerRegistry{}
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	br.trap = newServerAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if br.on.Load() {
+			a := r.Header.Get("Authorization")
+			br.mu.Lock()
+			br.auths = append(br.auths, a)
+			br.mu.Unlock()
+			if !strings.HasPrefix(a, "Bearer ") {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="`+realm+`",service="registry"`)
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	return br
+}
+
+// sent reports whether the registry was sent "Bearer <token>".
+func (br *bearerRegistry) sent(token string) bool {
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	for _, a := range br.auths {
+		if a == "Bearer "+token {
+			return true
+		}
+	}
+	return false
+}
+
+// newTokenService is a GET endpoint whose JSON answer has a token field:
+// an internal service of that kind is what a token realm into private
+// networks reads, one field at a time.
+func newTokenService(t *testing.T, addr, token string) *trap {
+	t.Helper()
+	return newServerAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"token":"`+token+`","access_token":"`+token+`"}`)
+	}))
+}
+
+// reachNet holds an internal service (internal-name, 10.99.0.1), a
+// registry at a private address (private-reg.example, 10.99.0.2) and two
+// at public ones (attacker.example, 203.0.113.10; auth.example,
+// 203.0.113.11).
+var reachNet = netns{
+	addrs: []string{"10.99.0.1/32", "10.99.0.2/32", "203.0.113.10/32", "203.0.113.11/32"},
+	hosts: map[string]string{"internal-name": "10.99.0.1", "private-reg.example": "10.99.0.2",
+		"attacker.example": "203.0.113.10", "auth.example": "203.0.113.11"},
+}
+
+// reachAllowed lets the pulls reach reachNet's addresses, which are all
+// the host's own in the namespace.
+func reachAllowed(t *testing.T) []netip.Prefix { return prefixes(t, "10.99.0.0/16", "203.0.113.0/24") }
+
+// TestNoEscalationFromPublicRegistry: a registry at a public address
+// cannot lead the agent into a private network, by token realm or by
+// redirect, even when the name it names resolves there; a registry at a
+// private address may, and a public one may lead to other public hosts.
+func TestNoEscalationFromPublicRegistry(t *testing.T) {
+	if !inNetns(t, reachNet) {
+		return
+	}
+	img := testImage(t, 1, 512)
+	want := compressedLayers(t, img)
+	layer := layerDigests(t, img)[0]
+	ctx := context.Background()
+	const secret = "INTERNAL-SECRET"
+	svc := newTokenService(t, "10.99.0.1:0", secret)
+	internalRealm := "http://internal-name:" + portOf(t, svc.host) + "/token"
+	escalation := "registry address 10.99.0.1 (of internal-name) is internal (private, loopback, link-local or unique-local), and a token realm or redirect of the registry attacker.example, at a public address, may not lead there"
+
+	t.Run("TokenRealm", func(t *testing.T) {
+		before := svc.counts()
+		reg := newBearerRegistry(t, "203.0.113.10:0", internalRealm)
+		pushPlain(t, reg.host+"/app:v1", img)
+		reg.on.Store(true)
+		p := newStrictPuller(t, Options{AllowNetworks: reachAllowed(t)})
+		_, err := p.Resolve(ctx, Source{Ref: "http://attacker.example:" + portOf(t, reg.host) + "/app:v1"})
+		wantDenied(t, err, escalation)
+		svc.untouchedSince(t, before)
+		if reg.sent(secret) {
+			t.Errorf("the public registry was sent the internal service's answer as its token")
+		}
+	})
+	for _, c := range []struct {
+		name  string
+		hit   func(r *http.Request) bool
+		fetch bool
+	}{
+		{"BlobRedirect", func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/blobs/"+layer.String()) }, true},
+		{"ManifestRedirect", func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/manifests/") }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := svc.counts()
+			var on atomic.Bool
+			h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+			reg := newServerAt(t, "203.0.113.10:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if on.Load() && r.Method == http.MethodGet && c.hit(r) {
+					http.Redirect(w, r, "http://internal-name:"+portOf(t, svc.host)+r.URL.Path, http.StatusTemporaryRedirect)
+					return
+				}
+				h.ServeHTTP(w, r)
+			}))
+			pushPlain(t, reg.host+"/app:v1", img)
+			on.Store(true)
+			p := newStrictPuller(t, Options{AllowNetworks: reachAllowed(t)})
+			resolved, err := p.Resolve(ctx, Source{Ref: "http://attacker.example:" + portOf(t, reg.host) + "/app:v1"})
+			if c.fetch {
+				if err != nil {
+					t.Fatalf("Resolve: %v", err)
+				}
+				_, err = p.Fetch(ctx, resolved, nil)
+			}
+			wantDenied(t, err, escalation)
+			svc.untouchedSince(t, before)
+		})
+	}
+	t.Run("PrivateRegistryPrivateRealm", func(t *testing.T) {
+		before := svc.counts()
+		reg := newBearerRegistry(t, "10.99.0.2:0", internalRealm)
+		pushPlain(t, reg.host+"/app:v1", img)
+		reg.on.Store(true)
+		p := newStrictPuller(t, Options{AllowNetworks: reachAllowed(t)})
+		fetchAll(t, p, Source{Ref: "http://private-reg.example:" + portOf(t, reg.host) + "/app:v1"}, want)
+		if svc.counts().requests == before.requests || !reg.sent(secret) {
+			t.Errorf("the private registry's private realm was not used")
+		}
+	})
+	t.Run("PublicRegistryPublicRealm", func(t *testing.T) {
+		auth := newTokenService(t, "203.0.113.11:0", "PUBLIC-TOKEN")
+		reg := newBearerRegistry(t, "203.0.113.10:0", "http://auth.example:"+portOf(t, auth.host)+"/token")
+		pushPlain(t, reg.host+"/app:v1", img)
+		reg.on.Store(true)
+		p := newStrictPuller(t, Options{AllowNetworks: reachAllowed(t)})
+		fetchAll(t, p, Source{Ref: "http://attacker.example:" + portOf(t, reg.host) + "/app:v1"}, want)
+		if !reg.sent("PUBLIC-TOKEN") {
+			t.Errorf("the public realm's token was not used")
+		}
+	})
+	t.Run("PublicRegistryPublicRedirect", func(t *testing.T) {
+		store := newTrap(t, "203.0.113.11:0")
+		pushPlain(t, store.host+"/app:v1", img)
+		var on atomic.Bool
+		h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+		reg := newServerAt(t, "203.0.113.10:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if on.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:") {
+				http.Redirect(w, r, "http://auth.example:"+portOf(t, store.host)+r.URL.Path, http.StatusTemporaryRedirect)
+				return
+			}
+			h.ServeHTTP(w, r)
+		}))
+		// The manifests come from the registry, the blobs from the store;
+		// both hold the image.
+		pushPlain(t, reg.host+"/app:v1", img)
+		on.Store(true)
+		p := newStrictPuller(t, Options{AllowNetworks: reachAllowed(t)})
+		fetchAll(t, p, Source{Ref: "http://attacker.example:" + portOf(t, reg.host) + "/app:v1"}, want)
+	})
+}
+
+// TestNoCrossingAfterPrivateRealm: a registry name that answers with a
+// private address, and so may use a private realm, cannot then move to a
+// public address (DNS rebinding) and carry the token fetched inside to
+// the outside.
+func TestNoCrossingAfterPrivateRealm(t *testing.T) {
+	ns := netns{addrs: reachNet.addrs, hosts: map[string]string{"internal-name": "10.99.0.1", "flip.example": "10.99.0.2"}}
+	if !inNetns(t, ns) {
+		return
+	}
+	img := testImage(t, 1, 512)
+	ctx := context.Background()
+	const secret = "INTERNAL-SECRET"
+	svc := newTokenService(t, "10.99.0.1:0", secret)
+	// The image on both addresses, on one port, with connections closed
+	// after each answer: each request dials, and resolves, anew.
+	inside := newBearerRegistry(t, "10.99.0.2:0", "http://internal-name:"+portOf(t, svc.host)+"/token")
+	outside := newBearerRegistry(t, "203.0.113.10:"+portOf(t, inside.host), "http://internal-name:"+portOf(t, svc.host)+"/token")
+	push(t, inside.side+"/app:v1", img)
+	push(t, outside.side+"/app:v1", img)
+	inside.on.Store(true)
+	outside.on.Store(true)
+	before := outside.counts()
+	p := newStrictPuller(t, Options{AllowNetworks: reachAllowed(t), Transport: &http.Transport{DisableKeepAlives: true}})
+	ref := "http://flip.example:" + portOf(t, inside.host) + "/app:v1"
+	resolved, err := p.Resolve(ctx, Source{Ref: ref})
+	if err != nil {
+		t.Fatalf("Resolve(%s) inside: %v", ref, err)
+	}
+	if !inside.sent(secret) {
+		t.Fatalf("the private registry's realm was not used")
+	}
+	rehost(t, "flip.example", "203.0.113.10")
+	_, err = p.Fetch(ctx, resolved, nil)
+	wantDenied(t, err, "registry address 203.0.113.10 (of flip.example) is public, but registry flip.example was reached at an internal address before")
+	if outside.sent(secret) {
+		t.Errorf("the internal realm's token was sent to the public address")
+	}
+	outside.untouchedSince(t, before)
 }
 
 // TestHostAddressDenied: an address of the host that is not loopback

@@ -60,3 +60,45 @@ func TestDefaultDenyLift(t *testing.T) {
 		t.Errorf("New with a lift that is no default: %v, want a refusal naming LiftDefaultDeny", err)
 	}
 }
+
+// TestNetPolicySides: checkNeed keeps a registry's connections to its
+// side, and names a derived host's refusal as an escalation.
+func TestNetPolicySides(t *testing.T) {
+	pub, internal := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("10.1.2.3")
+	for _, c := range []struct {
+		n    need
+		info dialInfo
+		addr netip.Addr
+		want DenyReason
+	}{
+		{needAny, dialInfo{}, internal, 0},
+		{needPublic, dialInfo{registry: "r"}, pub, 0},
+		{needPublic, dialInfo{registry: "r", derived: true}, internal, DenyEscalation},
+		{needPublic, dialInfo{registry: "r"}, internal, DenyCrossing},
+		{needInternal, dialInfo{registry: "r"}, pub, DenyCrossing},
+		{needInternal, dialInfo{registry: "r"}, internal, 0},
+		{needPublic, dialInfo{registry: "r", derived: true, proxied: true}, internal, 0}, // the proxy's own connection
+	} {
+		err := checkNeed(c.n, c.info, "x:80", c.addr)
+		var nd *NetworkDeniedError
+		if got := DenyReason(0); errors.As(err, &nd) {
+			got = nd.Reason
+			if got != c.want {
+				t.Errorf("checkNeed(%v, %+v, %s) = %v, want reason %v", c.n, c.info, c.addr, err, c.want)
+			}
+		} else if err != nil || c.want != 0 {
+			t.Errorf("checkNeed(%v, %+v, %s) = %v, want reason %v", c.n, c.info, c.addr, err, c.want)
+		}
+	}
+	for _, a := range []string{"10.0.0.1", "172.16.0.1", "192.168.0.1", "100.64.0.1", "127.0.0.1", "169.254.169.254",
+		"0.0.0.0", "::1", "::", "fd00::1", "fe80::1", "::ffff:10.0.0.1"} {
+		if !isInternal(netip.MustParseAddr(a)) {
+			t.Errorf("isInternal(%s) = false", a)
+		}
+	}
+	for _, a := range []string{"203.0.113.10", "8.8.8.8", "2001:db8::1", "2600::1", "::ffff:8.8.8.8"} {
+		if isInternal(netip.MustParseAddr(a)) {
+			t.Errorf("isInternal(%s) = true", a)
+		}
+	}
+}

@@ -232,8 +232,8 @@ func TestNetPolicyCheck(t *testing.T) {
 		}
 	}
 	// The dialer's Control hook sees "ip:port", IPv4-mapped or not.
-	if err := p.checkAddr("h", "[::ffff:169.254.169.254]:80"); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "169.254.169.254 (of h) is in 169.254.169.254/32 (cloud metadata), denied by default") {
-		t.Errorf("checkAddr of an IPv4-mapped metadata address = %v, want denied", err)
+	if err := p.checkDial(context.Background(), needAny, "h", "[::ffff:169.254.169.254]:80"); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "169.254.169.254 (of h) is in 169.254.169.254/32 (cloud metadata), denied by default") {
+		t.Errorf("checkDial of an IPv4-mapped metadata address = %v, want denied", err)
 	}
 	// An IPv4-mapped rule covers the IPv4 address.
 	p, err = newNetPolicy(prefixes(t, "::ffff:10.0.0.0/104"), nil, nil, nil)

@@ -68,8 +68,10 @@ type Options struct {
 	// honoured, and credential helpers).
 	Keychain authn.Keychain
 	// Transport carries all registry traffic (remote.DefaultTransport's
-	// settings when nil). It must be an *http.Transport: New uses a clone
-	// with the network policy installed. A nil DialContext becomes a dialer
+	// settings when nil). It must be an *http.Transport: New uses clones
+	// with the network policy installed (one per side a registry keeps
+	// its connections to, so that no connection is reused across sides;
+	// see netpolicy.go, reach). A nil DialContext becomes a dialer
 	// that checks every resolved address before connecting; a DialContext
 	// or DialTLSContext of its own is kept, and the address each of its
 	// connections reached is checked before a byte is sent on it.
@@ -217,11 +219,11 @@ func New(opts Options) (*Puller, error) {
 	if !ok {
 		return nil, errors.New("new puller: remote.DefaultTransport is not an *http.Transport")
 	}
-	tr, err := policy.policyTransport(opts.Transport, dt)
+	pools, err := policy.policyTransports(opts.Transport, dt)
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
-	policy.list(proxyTargets(tr)...)
+	policy.list(proxyTargets(pools.any)...)
 	stall := opts.StallTimeout
 	if stall == 0 {
 		stall = DefaultStallTimeout
@@ -231,8 +233,10 @@ func New(opts Options) (*Puller, error) {
 		rate = DefaultMinTransferRate
 	}
 	minBytes := max(int64(float64(rate)*stall.Seconds()), 1)
-	reg.base = transport.NewRetry(&guardTransport{inner: tr, policy: policy, stall: stall, minBytes: minBytes},
-		transport.WithRetryStatusCodes(retryStatusCodes...))
+	reg.newBase = func(registry string) http.RoundTripper {
+		return transport.NewRetry(&guardTransport{inner: newReach(policy, pools, registry), policy: policy, stall: stall, minBytes: minBytes},
+			transport.WithRetryStatusCodes(retryStatusCodes...))
+	}
 	for _, h := range opts.Insecure {
 		r, err := name.NewRegistry(h)
 		if err != nil {
