@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -123,6 +124,11 @@ const (
 	// and now an internal one, or the other way round, while its
 	// credentials and tokens were in use.
 	DenyCrossing
+	// DenySpelling: a host written as an IPv4 address in another spelling
+	// than four decimal parts (2130706433, 0x7f.1, 127.1), or a name whose
+	// last label is a number: resolvers and proxies read those
+	// differently, so none is trusted.
+	DenySpelling
 )
 
 // NetworkDeniedError says which address a registry connection would have
@@ -154,6 +160,7 @@ type NetworkDeniedError struct {
 // that come from a reference or a registry's answer are cut to a bounded
 // length.
 func (e *NetworkDeniedError) Error() string {
+	host := bound(e.Host)
 	// The host's own addresses are named with the port, which is what
 	// the settings that allow them list.
 	of := hostOnly(e.Host)
@@ -198,6 +205,11 @@ func (e *NetworkDeniedError) Error() string {
 		}
 		return fmt.Sprintf("%s is %s, but registry %s was reached at %s address before: a registry may not cross between public and internal addresses while its token is in use",
 			who, side, bound(e.Registry), before)
+	case DenySpelling:
+		if e.Addr.IsValid() {
+			return fmt.Sprintf("registry host %s reads as the IPv4 address %s in a non-standard spelling, which resolvers and proxies read differently: refused; write %s", host, e.Addr, e.Addr)
+		}
+		return fmt.Sprintf("registry host %s ends in a number but is not an IPv4 address: refused, as resolvers and proxies may read it as one", host)
 	}
 	return who + " is refused by the network policy"
 }
@@ -259,6 +271,10 @@ type netPolicy struct {
 	listed map[string]bool
 	// local reports whether the kernel delivers an address to this host.
 	local func(netip.Addr) (bool, error)
+	// resolver looks up the names of requests that go through a proxy,
+	// before the proxy does (nil: net.DefaultResolver).
+	resolver *net.Resolver
+	names    nameCache
 }
 
 // newNetPolicy normalises the prefixes: masked, IPv4-mapped IPv6 prefixes
@@ -511,25 +527,182 @@ func (p *netPolicy) policyTransports(base http.RoundTripper, def *http.Transport
 	return &pools{any: make1(needAny), public: make1(needPublic), internal: make1(needInternal)}, nil
 }
 
-// checkURL refuses a request whose URL names a refused address literal.
-// It matters when a proxy dials for us: the dialer then sees the proxy's
-// address, not the registry's.
+// checkURL refuses a request whose URL host is an address the policy
+// refuses, or an address in a spelling resolvers and proxies read
+// differently. It matters most when a proxy dials for us: the dialer then
+// sees the proxy's address, not the registry's.
 func (p *netPolicy) checkURL(req *http.Request) error {
-	a, ok := hostAddr(req.URL.Hostname())
-	if !ok {
-		return nil // a name: checked when dialled (without a proxy)
+	target := urlTarget(req.URL)
+	a, ok, err := hostAddr(req.URL.Hostname(), target)
+	if err != nil || !ok {
+		return err
 	}
-	return p.check(urlTarget(req.URL), a)
+	return p.check(target, a)
 }
 
 // hostAddr reads host (a URL's host name) as an IP address: ok is false
-// for a name.
-func hostAddr(host string) (netip.Addr, bool) {
-	a, err := netip.ParseAddr(host)
-	if err != nil {
+// for a name. A host whose last label is a number but that is not an
+// address in the standard spelling (four decimal parts for IPv4) is
+// refused: inet_aton reads 2130706433, 0x7f.1, 127.1 and 017700000001 as
+// 127.0.0.1, so a proxy may connect there while a parser that does not
+// know those forms takes them for names. target names the request in the
+// refusal.
+func hostAddr(host, target string) (addr netip.Addr, ok bool, err error) {
+	h := strings.TrimSuffix(host, ".")
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Unmap().WithZone(""), true, nil
+	}
+	if !numericLabel(h[strings.LastIndexByte(h, '.')+1:]) {
+		return netip.Addr{}, false, nil
+	}
+	a, _ := parseInetAton(h)
+	return netip.Addr{}, false, &NetworkDeniedError{Reason: DenySpelling, Host: target, Addr: a}
+}
+
+// numericLabel reports whether a label is a number as inet_aton reads
+// one: decimal digits, or 0x and hex digits (0x alone included).
+func numericLabel(l string) bool {
+	if len(l) >= 2 && l[0] == '0' && (l[1] == 'x' || l[1] == 'X') {
+		return strings.Trim(l[2:], "0123456789abcdefABCDEF") == ""
+	}
+	return l != "" && strings.Trim(l, "0123456789") == ""
+}
+
+// parseInetAton reads s as glibc's inet_aton does: one to four parts
+// separated by dots, each decimal, octal (leading 0) or hex (leading 0x),
+// the last filling the bytes the others left (127.1 is 127.0.0.1,
+// 2130706433 is 127.0.0.1). Unlike inet_aton it accepts nothing after the
+// last part: a URL host has no whitespace.
+func parseInetAton(s string) (netip.Addr, bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 4 {
 		return netip.Addr{}, false
 	}
-	return a.Unmap().WithZone(""), true
+	vals := make([]uint64, len(parts))
+	for i, part := range parts {
+		v, ok := parseAtonPart(part)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		vals[i] = v
+	}
+	var n uint64
+	for i, v := range vals[:len(vals)-1] {
+		if v > 0xff {
+			return netip.Addr{}, false
+		}
+		n |= v << (8 * (3 - i))
+	}
+	last := vals[len(vals)-1]
+	if last >= 1<<(8*(5-len(vals))) {
+		return netip.Addr{}, false
+	}
+	n |= last
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), true
+}
+
+// parseAtonPart reads one part of an inet_aton address: 0x and hex digits
+// (at least one), 0 and octal digits, or decimal digits; values past 32
+// bits are refused.
+func parseAtonPart(p string) (uint64, bool) {
+	base, digits := uint64(10), p
+	switch {
+	case len(p) >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'):
+		base, digits = 16, p[2:]
+	case len(p) >= 2 && p[0] == '0':
+		base, digits = 8, p[1:]
+	}
+	if digits == "" {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		var d uint64
+		switch {
+		case c >= '0' && c <= '9':
+			d = uint64(c - '0')
+		case c >= 'a' && c <= 'f':
+			d = uint64(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			d = uint64(c-'A') + 10
+		default:
+			return 0, false
+		}
+		if d >= base {
+			return 0, false
+		}
+		if v = v*base + d; v > 0xffffffff {
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// nameLookupTimeout bounds the lookup of a name a request sends to a
+// proxy; a name the node cannot resolve by then is left to the proxy.
+const nameLookupTimeout = 2 * time.Second
+
+// nameTTL is how long a lookup's answer (or its failure) is kept: a proxy
+// setup whose node cannot resolve names would otherwise wait
+// nameLookupTimeout on every request.
+const nameTTL = 10 * time.Second
+
+// maxNames bounds the names kept.
+const maxNames = 256
+
+// nameCache keeps the node's answers for the names of proxied requests.
+type nameCache struct {
+	mu sync.Mutex
+	m  map[string]nameEntry
+}
+
+type nameEntry struct {
+	addrs []netip.Addr
+	at    time.Time
+}
+
+// lookupName returns the addresses the node's own resolver gives host, or
+// nil when it gives none within nameLookupTimeout.
+func (p *netPolicy) lookupName(ctx context.Context, host string) []netip.Addr {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	now := time.Now()
+	p.names.mu.Lock()
+	if e, ok := p.names.m[host]; ok && now.Sub(e.at) < nameTTL {
+		p.names.mu.Unlock()
+		return e.addrs
+	}
+	p.names.mu.Unlock()
+	r := p.resolver
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	lctx, cancel := context.WithTimeout(ctx, nameLookupTimeout)
+	addrs, err := r.LookupNetIP(lctx, "ip", host)
+	cancel()
+	if ctx.Err() != nil {
+		return nil // the request ends anyway; its failure says nothing of the name
+	}
+	if err != nil {
+		addrs = nil
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap().WithZone("")
+	}
+	p.names.mu.Lock()
+	defer p.names.mu.Unlock()
+	if p.names.m == nil || len(p.names.m) >= maxNames {
+		for k, e := range p.names.m {
+			if now.Sub(e.at) >= nameTTL {
+				delete(p.names.m, k)
+			}
+		}
+		if p.names.m == nil || len(p.names.m) >= maxNames {
+			p.names.m = make(map[string]nameEntry)
+		}
+	}
+	p.names.m[host] = nameEntry{addrs: addrs, at: now}
+	return addrs
 }
 
 // reach keeps a registry endpoint's connections on one side while its
@@ -577,9 +750,9 @@ func (r *reach) settle(addrs ...netip.Addr) {
 }
 
 // RoundTrip sends req through the pool its registry's side asks for.
-// Behind a proxy, the dialers see the proxy's address: a host that is an
-// address is then checked here, and a registry whose host is a name
-// counts as public.
+// Behind a proxy, the dialers see the proxy's address: the host is then
+// checked here, as an address or by the node's own lookup of the name
+// (a name the node cannot resolve is the proxy's to place).
 func (r *reach) RoundTrip(req *http.Request) (*http.Response, error) {
 	target := urlTarget(req.URL)
 	host := normHost(req.URL.Hostname())
@@ -592,8 +765,14 @@ func (r *reach) RoundTrip(req *http.Request) (*http.Response, error) {
 		proxied = u != nil
 	}
 	var addrs []netip.Addr
-	if a, isAddr := hostAddr(host); isAddr {
+	a, isAddr, err := hostAddr(host, target)
+	switch {
+	case err != nil:
+		return nil, err
+	case isAddr:
 		addrs = []netip.Addr{a}
+	case proxied:
+		addrs = r.policy.lookupName(req.Context(), host)
 	}
 	for _, a := range addrs {
 		if err := r.policy.check(target, a); err != nil {
@@ -605,7 +784,7 @@ func (r *reach) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !info.derived && r.side.Load() == 0 {
 		switch {
 		case len(addrs) > 0 || proxied:
-			r.settle(addrs...) // a name behind the proxy counts as public
+			r.settle(addrs...) // a name the node cannot resolve counts as public
 		default:
 			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
 				if ap, err := netip.ParseAddrPort(ci.Conn.RemoteAddr().String()); err == nil {

@@ -2,12 +2,15 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,5 +335,160 @@ func TestDefaultDenyAlwaysApplies(t *testing.T) {
 				trap.untouched(t)
 			}
 		})
+	}
+}
+
+// forwardProxy is an HTTP proxy that serves registry.test itself and
+// records the host of every other request it is sent (answering 502):
+// a request for any other host is one the agent should not have sent it.
+type forwardProxy struct {
+	url *url.URL
+
+	mu    sync.Mutex
+	hosts []string
+}
+
+func newForwardProxy(t *testing.T, reg http.Handler) *forwardProxy {
+	t.Helper()
+	fp := &forwardProxy{}
+	srv := newServerAt(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.URL.Hostname()
+		if r.Method == http.MethodConnect {
+			host = hostOnly(r.Host)
+		}
+		// registry.test, and requests sent to the proxy as a server
+		// (the test's push), are the registry's; it speaks plain HTTP
+		// only, so the CONNECT of an https ping fails.
+		if host == "registry.test" || r.URL.Host == "" {
+			if r.Method == http.MethodConnect {
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
+			}
+			reg.ServeHTTP(w, r)
+			return
+		}
+		fp.mu.Lock()
+		fp.hosts = append(fp.hosts, host)
+		fp.mu.Unlock()
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	fp.url = &url.URL{Scheme: "http", Host: srv.host}
+	return fp
+}
+
+// sentFor lists the hosts other than registry.test the proxy was sent.
+func (fp *forwardProxy) sentFor() []string {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	return append([]string(nil), fp.hosts...)
+}
+
+// proxied is a Puller whose registry traffic all goes to fp, with
+// registry.test spoken to over plain HTTP.
+func proxied(t *testing.T, fp *forwardProxy, opts Options) *Puller {
+	t.Helper()
+	opts.Transport = &http.Transport{Proxy: http.ProxyURL(fp.url)}
+	opts.Insecure = append(opts.Insecure, "registry.test")
+	return newStrictPuller(t, opts)
+}
+
+// TestProxyAddressSpellings: behind a proxy, which resolves hosts itself
+// (with inet_aton, for many), a loopback address in another spelling is
+// refused before the request goes to the proxy, in a reference and in a
+// redirect.
+func TestProxyAddressSpellings(t *testing.T) {
+	img := testImage(t, 1, 512)
+	layer := layerDigests(t, img)[0]
+	var redirectTo atomic.Value
+	redirectTo.Store("")
+	reg := newTestRegistry(t, blobWrapper([]v1.Hash{layer}, func(w http.ResponseWriter, r *http.Request, h http.Handler) {
+		if to := redirectTo.Load().(string); to != "" {
+			http.Redirect(w, r, to, http.StatusTemporaryRedirect)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	push(t, reg.host+"/app:v1", img)
+	fp := newForwardProxy(t, reg.srv.Config.Handler)
+	ctx := context.Background()
+	p := proxied(t, fp, Options{})
+	port := portOf(t, reg.host)
+	spellings := []string{"2130706433", "0x7f.1", "127.1", "0x7f000001", "017700000001", "127.0.1", "0177.0.0.1", "127.0.0.1."}
+	for _, h := range spellings {
+		_, err := p.Resolve(ctx, Source{Ref: "http://" + h + ":" + port + "/x:y"})
+		if !errors.Is(err, ErrNetworkDenied) {
+			t.Errorf("Resolve(http://%s:%s/x:y) = %v, want ErrNetworkDenied", h, port, err)
+		}
+	}
+	// A redirect of the registry behind the proxy.
+	img2, err := p.Resolve(ctx, Source{Ref: "registry.test/app:v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range spellings {
+		redirectTo.Store("http://" + h + ":" + port + "/v2/app/blobs/" + layer.String())
+		if _, err := p.Fetch(ctx, img2, nil); !errors.Is(err, ErrNetworkDenied) {
+			t.Errorf("Fetch redirected to %s: %v, want ErrNetworkDenied", h, err)
+		}
+	}
+	if got := fp.sentFor(); len(got) != 0 {
+		t.Errorf("the proxy was sent requests for %q", got)
+	}
+}
+
+// TestProxyNamesResolvedFirst: behind a proxy, a name the node's own
+// resolver (here /etc/hosts) maps to a denied address is refused before
+// the request goes to the proxy, and so is a token realm into a private
+// network from a registry the node cannot place (public, then); a name the
+// node does not resolve, and one resolving to a private address, go to the
+// proxy.
+func TestProxyNamesResolvedFirst(t *testing.T) {
+	if !inNetns(t, netns{addrs: []string{"192.0.2.7/32"}, hosts: map[string]string{
+		"meta.example": "169.254.169.254", "self.example": "127.0.0.1", "node.example": "192.0.2.7",
+		"internal.example": "10.99.0.1"}}) {
+		return
+	}
+	img := testImage(t, 1, 512)
+	want := compressedLayers(t, img)
+	ctx := context.Background()
+	var realm atomic.Value
+	realm.Store("")
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	fp := newForwardProxy(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rl := realm.Load().(string); rl != "" && r.Header.Get("Authorization") == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+rl+`",service="registry"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	pushPlain(t, "127.0.0.1:"+fp.url.Port()+"/app:v1", img)
+	p := proxied(t, fp, Options{})
+	for _, host := range []string{"meta.example", "self.example", "node.example"} {
+		if _, err := p.Resolve(ctx, Source{Ref: "http://" + host + ":5000/x:y"}); !errors.Is(err, ErrNetworkDenied) {
+			t.Errorf("Resolve(http://%s:5000/x:y) = %v, want ErrNetworkDenied", host, err)
+		}
+	}
+	if got := fp.sentFor(); len(got) != 0 {
+		t.Errorf("the proxy was sent requests for %q", got)
+	}
+	// Names the node cannot place, or places in a private network, are
+	// the proxy's.
+	fetchAll(t, p, Source{Ref: "registry.test/app:v1"}, want)
+	if _, err := p.Resolve(ctx, Source{Ref: "http://internal.example:5000/x:y"}); errors.Is(err, ErrNetworkDenied) {
+		t.Errorf("Resolve(http://internal.example:5000/x:y) = %v, want it left to the proxy", err)
+	}
+	if got := fp.sentFor(); len(got) == 0 || slices.ContainsFunc(got, func(h string) bool { return h != "internal.example" }) {
+		t.Errorf("the proxy was sent requests for %q, want internal.example alone", got)
+	}
+	// registry.test, which the node cannot resolve, counts as public: its
+	// realm may not lead into a private network.
+	realm.Store("http://internal.example:5000/token")
+	sent := len(fp.sentFor())
+	_, err := newStrictPuller(t, Options{Transport: &http.Transport{Proxy: http.ProxyURL(fp.url)}, Insecure: []string{"registry.test"}}).
+		Resolve(ctx, Source{Ref: "registry.test/app:v1"})
+	wantDenied(t, err, "registry address 10.99.0.1 (of internal.example) is internal")
+	if got := fp.sentFor(); len(got) != sent {
+		t.Errorf("the proxy was sent requests for %q", got[sent:])
 	}
 }

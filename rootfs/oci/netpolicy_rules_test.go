@@ -1,10 +1,14 @@
 package oci
 
 import (
+	"context"
 	"errors"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestDefaultDenyLift: the defaults apply whatever DenyNetworks adds; only
@@ -100,5 +104,34 @@ func TestNetPolicySides(t *testing.T) {
 		if isInternal(netip.MustParseAddr(a)) {
 			t.Errorf("isInternal(%s) = true", a)
 		}
+	}
+}
+
+// TestRefusalsBounded: a refusal shows at most maxShown bytes of any name
+// or URL part a reference or a registry's answer chose.
+func TestRefusalsBounded(t *testing.T) {
+	long := strings.Repeat("a", 5000) + ".example"
+	errs := []error{
+		&NetworkDeniedError{Reason: DenyEscalation, Host: long + ":80", Addr: netip.MustParseAddr("10.0.0.1"), Registry: long},
+		&NetworkDeniedError{Reason: DenyCrossing, Host: long + ":80", Addr: netip.MustParseAddr("10.0.0.1"), Registry: long},
+		&NetworkDeniedError{Reason: DenyLoopback, Host: long + ":80", Addr: netip.MustParseAddr("127.0.0.1")},
+		&NetworkDeniedError{Reason: DenyLocal, Host: long + ":80", Addr: netip.MustParseAddr("192.0.2.7")},
+		&NetworkDeniedError{Reason: DenyRule, Host: long + ":80", Addr: netip.MustParseAddr("10.0.0.1"), Rule: netip.MustParsePrefix("10.0.0.0/8")},
+		&NetworkDeniedError{Reason: DenySpelling, Host: strings.Repeat("1.", 3000) + "1:80"},
+	}
+	p, err := newNetPolicy(nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs = append(errs, p.checkDial(context.Background(), needAny, long+":80", long))
+	u := &url.URL{Scheme: strings.Repeat("x", 5000), Host: "h"}
+	errs = append(errs, checkRedirect(&http.Request{URL: u}, []*http.Request{{URL: u}}))
+	for _, err := range errs {
+		if msg := err.Error(); len(msg) > 3*maxShown+300 || !strings.Contains(msg, "…") {
+			t.Errorf("a refusal of %d bytes, want it cut: %.120s…", len(msg), msg)
+		}
+	}
+	if got := bound(strings.Repeat("é", 200)); len(got) > maxShown || !utf8.ValidString(got) || !strings.Contains(got, "…") {
+		t.Errorf("bound cut a multi-byte name to %d bytes: %q", len(got), got)
 	}
 }

@@ -80,7 +80,10 @@ type Options struct {
 	// (registry, token endpoint, blob redirects, mirrors), besides
 	// DefaultDenyNetworks, which always apply. Names are checked after
 	// resolution, IPv4-mapped IPv6 addresses as IPv4. Through an HTTP
-	// proxy only address literals in URLs can be checked.
+	// proxy, the proxy resolves: a URL's address, and the addresses the
+	// node's own resolver gives its name, are checked before the request
+	// goes to the proxy; a name the node cannot resolve is the proxy's to
+	// place.
 	DenyNetworks []netip.Prefix
 	// LiftDefaultDeny lists entries of DefaultDenyNetworks that do not
 	// apply; each must be one of them, as written there.
