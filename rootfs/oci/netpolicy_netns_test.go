@@ -86,6 +86,24 @@ func (ns netns) setUp(t *testing.T) {
 		}
 		ip(args...)
 	}
+	// The kernel installs an IPv6 address's local route a moment after
+	// the address: wait for it, or the address is not yet the host's.
+	for _, a := range ns.addrs {
+		addr, _, _ := strings.Cut(a, "/")
+		if !strings.Contains(addr, ":") {
+			continue
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			out, err := exec.Command("ip", "-6", "route", "get", addr).Output()
+			if err == nil && strings.HasPrefix(string(out), "local ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no local route for %s: %s %v", addr, out, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	for _, r := range ns.routes {
 		ip(append([]string{"route", "add"}, strings.Fields(r)...)...)
 	}
