@@ -23,6 +23,7 @@ FUZZ_TARGETS := \
 	./rootfs/oci:FuzzValidateImageRef \
 	./rootfs/oci:FuzzReadArchive \
 	./rootfs/oci:FuzzLayoutIndex \
+	./rootfs/oci:FuzzParseInetAton \
 	./agent/config:FuzzParseByteSize \
 	./agent/config:FuzzParseReserve \
 	./rootfs/inspect:FuzzOpen \

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -193,48 +192,20 @@ type Registry struct {
 	// LocalRoots are the directories offline sources (oci-layout:,
 	// docker-archive:) may be read from; none by default.
 	LocalRoots []string `yaml:"local_roots"`
-	// DenyNetworks lists the CIDRs no registry connection may reach
+	// DenyNetworks lists CIDRs no registry connection may reach
 	// (registry, token endpoint, blob redirects), checked on the resolved
-	// address; link-local and cloud metadata addresses by default.
-	// Loopback is denied apart from this list, unless the registry is in
-	// Insecure or Mirrors or AllowNetworks holds the address.
+	// address, besides DefaultDenyNetworks, which always apply (see
+	// reach.go). Loopback and the host's other addresses are denied apart
+	// from both, unless the registry is in Insecure or Mirrors or
+	// AllowNetworks holds the address.
 	DenyNetworks []string `yaml:"deny_networks"`
+	// LiftDefaultDeny lists entries of DefaultDenyNetworks that do not
+	// apply; each is logged at start.
+	LiftDefaultDeny []string `yaml:"lift_default_deny"`
 	// AllowNetworks, when not empty, is the only CIDRs registry
-	// connections may reach; a loopback CIDR in it lifts the loopback deny.
+	// connections may reach; a CIDR in it also lifts the deny of the
+	// host's own addresses it holds (127.0.0.0/8 for loopback).
 	AllowNetworks []string `yaml:"allow_networks"`
-}
-
-// DefaultDenyNetworks are registry.deny_networks by default: link-local
-// addresses and the cloud metadata services. Private ranges stay allowed,
-// for local registries and mirrors; loopback is denied apart from this list
-// (see Registry.DenyNetworks).
-func DefaultDenyNetworks() []string {
-	return []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32"}
-}
-
-// Networks parses DenyNetworks and AllowNetworks; deny is never nil (an
-// empty list denies nothing).
-func (r Registry) Networks() (deny, allow []netip.Prefix, err error) {
-	deny, derr := parseNetworks("registry.deny_networks", r.DenyNetworks)
-	allow, aerr := parseNetworks("registry.allow_networks", r.AllowNetworks)
-	if deny == nil {
-		deny = []netip.Prefix{}
-	}
-	return deny, allow, errors.Join(derr, aerr)
-}
-
-func parseNetworks(key string, list []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	var errs []error
-	for _, s := range list {
-		p, err := netip.ParsePrefix(strings.TrimSpace(s))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %q is not a CIDR (address/bits, e.g. 169.254.0.0/16)", key, s))
-			continue
-		}
-		out = append(out, p)
-	}
-	return out, errors.Join(errs...)
 }
 
 // Shutdown bounds a graceful stop.
@@ -265,7 +236,7 @@ func Default() *Config {
 			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DirectIO: true, DownloadJobs: 6, HeadroomPercent: 2, HeadroomInodes: 4096,
 			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30,
 			StallTimeout: 5 * time.Minute, MinTransferRate: 1 << 10, StartCheck: StartCheckFail},
-		Registry: Registry{DenyNetworks: DefaultDenyNetworks()},
+		Registry: Registry{},
 		Shutdown: Shutdown{Timeout: DefaultShutdownTimeout},
 		// The artifact store's defaults live beside it, in artifactstore.go.
 		ArtifactStore: defaultArtifactStore(),
@@ -404,6 +375,9 @@ func Read(env Env, opts Options) (*Config, *Report, error) {
 		return nil, rep, err
 	}
 	for _, w := range cfg.plainTransportWarnings() {
+		rep.warn(false, "%s", w)
+	}
+	for _, w := range cfg.Registry.reachWarnings() {
 		rep.warn(false, "%s", w)
 	}
 	return cfg, rep, nil
@@ -733,7 +707,7 @@ func (c *Config) Validate() error {
 			bad(key, "%q is not an absolute path", path)
 		}
 	}
-	if _, _, err := c.Registry.Networks(); err != nil {
+	if _, err := c.Registry.Networks(); err != nil {
 		errs = append(errs, err)
 	}
 	for _, root := range c.Registry.LocalRoots {

@@ -149,24 +149,20 @@ func TestRegistryNetworks(t *testing.T) {
 	if c.Build.MinTransferRate != 1<<10 {
 		t.Errorf("build.min_transfer_rate default = %s, want 1KiB", c.Build.MinTransferRate)
 	}
-	deny, allow, err := c.Registry.Networks()
+	n, err := c.Registry.Networks()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, p := range deny {
-		got = append(got, p.String())
+	// Nothing added, lifted or allowed: the defaults alone apply.
+	if n.Deny != nil || n.Lift != nil || n.Allow != nil {
+		t.Errorf("default networks: %+v, want none set", n)
 	}
-	if strings.Join(got, " ") != "169.254.0.0/16 fe80::/10 fd00:ec2::254/128 100.100.100.200/32" || allow != nil {
-		t.Errorf("default networks: deny %v, allow %v", got, allow)
-	}
-	// An empty list denies nothing, which is not the same as unset.
-	c, _, err = Parse(strings.NewReader("registry:\n  deny_networks: []\n  allow_networks: [10.0.0.0/8, \"fd00::/8\"]\n"))
+	c, _, err = Parse(strings.NewReader("registry:\n  deny_networks: [10.0.0.0/8]\n  lift_default_deny: [169.254.0.0/16]\n  allow_networks: [10.0.0.0/8, \"fd00::/8\"]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if deny, allow, err = c.Registry.Networks(); err != nil || deny == nil || len(deny) != 0 || len(allow) != 2 {
-		t.Errorf("Networks() = %v, %v, %v; want an empty non-nil deny list and two allowed", deny, allow, err)
+	if n, err = c.Registry.Networks(); err != nil || len(n.Deny) != 1 || len(n.Lift) != 1 || len(n.Allow) != 2 {
+		t.Errorf("Networks() = %+v, %v; want one added, one lifted, two allowed", n, err)
 	}
 }
 

@@ -33,7 +33,7 @@ func gzipInflater(getenv func(string) string) (gz *layercodec.GzipInflater, whyN
 // the process's gzip inflater and memory pacer; its layer cache lives in
 // <work_dir>/layers.
 func newBuilder(cfg *config.Config, logger *slog.Logger, gz *layercodec.GzipInflater, pacer *rootfs.MemoryPacer) (*rootfs.Builder, error) {
-	deny, allow, err := cfg.Registry.Networks()
+	nets, err := cfg.Registry.Networks()
 	if err != nil {
 		return nil, fmt.Errorf("open builder: %w", err)
 	}
@@ -56,8 +56,9 @@ func newBuilder(cfg *config.Config, logger *slog.Logger, gz *layercodec.GzipInfl
 			Insecure:        cfg.Registry.Insecure,
 			Jobs:            cfg.Build.DownloadJobs,
 			LocalRoots:      cfg.Registry.LocalRoots,
-			DenyNetworks:    deny,
-			AllowNetworks:   allow,
+			DenyNetworks:    nets.Deny,
+			LiftDefaultDeny: nets.Lift,
+			AllowNetworks:   nets.Allow,
 			StallTimeout:    cfg.Build.StallTimeout,
 			MinTransferRate: int64(cfg.Build.MinTransferRate),
 		},

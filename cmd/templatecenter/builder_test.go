@@ -9,16 +9,24 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/oci"
 )
 
-// TestDenyNetworksDefaultsAgree keeps the agent's registry.deny_networks
-// default and the puller's own default (used when a caller sets none) the
-// same list.
+// TestDenyNetworksDefaultsAgree keeps the defaults that
+// registry.lift_default_deny may name and the puller's default deny the
+// same list, and checks the agent's default configuration adds, lifts
+// and allows nothing.
 func TestDenyNetworksDefaultsAgree(t *testing.T) {
-	deny, allow, err := config.Default().Registry.Networks()
+	var want []string
+	for _, p := range oci.DefaultDenyNetworks() {
+		want = append(want, p.String())
+	}
+	if got := config.DefaultDenyNetworks(); !slices.Equal(got, want) {
+		t.Errorf("config.DefaultDenyNetworks %v differs from oci.DefaultDenyNetworks %v", got, want)
+	}
+	nets, err := config.Default().Registry.Networks()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(deny, oci.DefaultDenyNetworks()) || len(allow) != 0 {
-		t.Errorf("config default deny %v (allow %v) differs from oci.DefaultDenyNetworks %v", deny, allow, oci.DefaultDenyNetworks())
+	if nets.Deny != nil || nets.Lift != nil || nets.Allow != nil {
+		t.Errorf("default registry networks %+v, want nothing added, lifted or allowed", nets)
 	}
 }
 

@@ -38,32 +38,63 @@ type trap struct {
 	ln       *countingListener
 	host     string
 	requests atomic.Int64
+	// side is the host of another listener of the same server, on
+	// 127.0.0.1, whose connections and requests are not counted: a test
+	// fills the registry through it.
+	side string
 }
 
 func newTrap(t *testing.T, addr string) *trap {
+	t.Helper()
+	return newServerAt(t, addr, registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+}
+
+// newServerAt serves h on addr, counting connections and requests.
+func newServerAt(t *testing.T, addr string, h http.Handler) *trap {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("listen on %s: %v", addr, err)
 	}
 	tr := &trap{ln: &countingListener{Listener: ln}, host: ln.Addr().String()}
-	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tr.requests.Add(1)
+		if r.Context().Value(http.LocalAddrContextKey).(net.Addr).String() == tr.host {
+			tr.requests.Add(1)
+		}
 		h.ServeHTTP(w, r)
 	}))
 	srv.Listener = tr.ln
 	srv.Start()
 	t.Cleanup(srv.Close)
+	side, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.side = side.Addr().String()
+	go srv.Config.Serve(side)
+	t.Cleanup(func() { side.Close() })
 	return tr
 }
 
 func (tr *trap) untouched(t *testing.T) {
 	t.Helper()
-	if n := tr.ln.accepts.Load(); n != 0 {
+	tr.untouchedSince(t, trapCounts{})
+}
+
+// trapCounts are a trap's connections and requests at one time.
+type trapCounts struct{ accepts, requests int64 }
+
+func (tr *trap) counts() trapCounts {
+	return trapCounts{tr.ln.accepts.Load(), tr.requests.Load()}
+}
+
+// untouchedSince checks the trap saw no connection since c.
+func (tr *trap) untouchedSince(t *testing.T, c trapCounts) {
+	t.Helper()
+	if n := tr.ln.accepts.Load() - c.accepts; n != 0 {
 		t.Errorf("the refused server accepted %d connections", n)
 	}
-	if n := tr.requests.Load(); n != 0 {
+	if n := tr.requests.Load() - c.requests; n != 0 {
 		t.Errorf("the refused server saw %d requests", n)
 	}
 }
@@ -168,11 +199,16 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// notLocal stands in for the kernel's answer in tests of the rules: no
+// address is one of the host's own but loopback.
+func notLocal(netip.Addr) (bool, error) { return false, nil }
+
 func TestNetPolicyCheck(t *testing.T) {
-	p, err := newNetPolicy(nil, nil, nil)
+	p, err := newNetPolicy(nil, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.local = notLocal
 	for addr, denied := range map[string]bool{
 		"169.254.169.254":        true,
 		"::ffff:169.254.169.254": true,
@@ -196,14 +232,15 @@ func TestNetPolicyCheck(t *testing.T) {
 		}
 	}
 	// The dialer's Control hook sees "ip:port", IPv4-mapped or not.
-	if err := p.checkAddr("h", "[::ffff:169.254.169.254]:80"); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "169.254.169.254 (of h) is in registry.deny_networks 169.254.0.0/16") {
-		t.Errorf("checkAddr of an IPv4-mapped metadata address = %v, want denied", err)
+	if err := p.checkDial(context.Background(), needAny, "h", "[::ffff:169.254.169.254]:80"); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "169.254.169.254 (of h) is in 169.254.169.254/32 (cloud metadata), denied by default") {
+		t.Errorf("checkDial of an IPv4-mapped metadata address = %v, want denied", err)
 	}
 	// An IPv4-mapped rule covers the IPv4 address.
-	p, err = newNetPolicy(prefixes(t, "::ffff:10.0.0.0/104"), nil, nil)
+	p, err = newNetPolicy(prefixes(t, "::ffff:10.0.0.0/104"), nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.local = notLocal
 	if err := p.check("h", netip.MustParseAddr("10.9.8.7")); !errors.Is(err, ErrNetworkDenied) || !strings.Contains(err.Error(), "10.0.0.0/8") {
 		t.Errorf("check(10.9.8.7) under ::ffff:10.0.0.0/104 = %v, want denied by 10.0.0.0/8", err)
 	}

@@ -69,20 +69,29 @@ type Options struct {
 	// honoured, and credential helpers).
 	Keychain authn.Keychain
 	// Transport carries all registry traffic (remote.DefaultTransport's
-	// settings when nil). It must be an *http.Transport: New uses a clone
-	// with the network policy installed. A nil DialContext becomes a dialer
+	// settings when nil). It must be an *http.Transport: New uses clones
+	// with the network policy installed (one per side a registry keeps
+	// its connections to, so that no connection is reused across sides;
+	// see netpolicy.go, reach). A nil DialContext becomes a dialer
 	// that checks every resolved address before connecting; a DialContext
 	// or DialTLSContext of its own is kept, and the address each of its
 	// connections reached is checked before a byte is sent on it.
 	Transport http.RoundTripper
-	// DenyNetworks lists the networks no registry connection may reach:
-	// registry, token endpoint, blob redirects, mirrors. Names are checked
-	// after resolution, IPv4-mapped IPv6 addresses as IPv4. nil means
-	// DefaultDenyNetworks; an empty slice denies nothing. Through an HTTP
-	// proxy only address literals in URLs can be checked.
+	// DenyNetworks lists networks no registry connection may reach
+	// (registry, token endpoint, blob redirects, mirrors), besides
+	// DefaultDenyNetworks, which always apply. Names are checked after
+	// resolution, IPv4-mapped IPv6 addresses as IPv4. Through an HTTP
+	// proxy, the proxy resolves: a URL's address, and the addresses the
+	// node's own resolver gives its name, are checked before the request
+	// goes to the proxy; a name the node cannot resolve is the proxy's to
+	// place.
 	DenyNetworks []netip.Prefix
+	// LiftDefaultDeny lists entries of DefaultDenyNetworks that do not
+	// apply; each must be one of them, as written there.
+	LiftDefaultDeny []netip.Prefix
 	// AllowNetworks, when not empty, is the only networks registry
-	// connections may reach (DenyNetworks still applies).
+	// connections may reach (DenyNetworks still applies). An address in
+	// it may be reached even if it is one of the host's own.
 	AllowNetworks []netip.Prefix
 	// StallTimeout ends a registry request whose response headers bring
 	// no data for this long, or whose body brings less than
@@ -206,7 +215,7 @@ func New(opts Options) (*Puller, error) {
 	if reg.keychain == nil {
 		reg.keychain = authn.DefaultKeychain
 	}
-	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks, nil)
+	policy, err := newNetPolicy(opts.DenyNetworks, opts.AllowNetworks, opts.LiftDefaultDeny, nil)
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
@@ -214,11 +223,11 @@ func New(opts Options) (*Puller, error) {
 	if !ok {
 		return nil, errors.New("new puller: remote.DefaultTransport is not an *http.Transport")
 	}
-	tr, err := policy.policyTransport(opts.Transport, dt)
+	pools, err := policy.policyTransports(opts.Transport, dt)
 	if err != nil {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
-	policy.list(proxyTargets(tr)...)
+	policy.list(proxyTargets(pools.any)...)
 	stall := opts.StallTimeout
 	if stall == 0 {
 		stall = DefaultStallTimeout
@@ -228,8 +237,10 @@ func New(opts Options) (*Puller, error) {
 		rate = DefaultMinTransferRate
 	}
 	minBytes := max(int64(float64(rate)*stall.Seconds()), 1)
-	reg.base = transport.NewRetry(&guardTransport{inner: tr, policy: policy, stall: stall, minBytes: minBytes},
-		transport.WithRetryStatusCodes(retryStatusCodes...))
+	reg.newBase = func(registry string) http.RoundTripper {
+		return transport.NewRetry(&guardTransport{inner: newReach(policy, pools, registry), policy: policy, stall: stall, minBytes: minBytes},
+			transport.WithRetryStatusCodes(retryStatusCodes...))
+	}
 	for _, h := range opts.Insecure {
 		r, err := name.NewRegistry(h)
 		if err != nil {

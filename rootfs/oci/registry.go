@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -51,7 +50,11 @@ type endpoint struct {
 	rt http.RoundTripper
 }
 
-func (ep *endpoint) transport(ctx context.Context, base http.RoundTripper) (http.RoundTripper, error) {
+// transport returns ep's authenticated transport, made on first use over
+// newBase(registry host): the registry's requests, its token realm's and
+// its redirects' all go through it, so the network policy knows which
+// registry they came from.
+func (ep *endpoint) transport(ctx context.Context, newBase func(registry string) http.RoundTripper) (http.RoundTripper, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.rt != nil {
@@ -63,7 +66,7 @@ func (ep *endpoint) transport(ctx context.Context, base http.RoundTripper) (http
 			return rt, nil
 		}
 	}
-	rt, err := transport.NewWithContext(ctx, ep.repo.Registry, ep.auth, base, []string{ep.repo.Scope(transport.PullScope)})
+	rt, err := transport.NewWithContext(ctx, ep.repo.Registry, ep.auth, newBase(ep.repo.RegistryStr()), []string{ep.repo.Scope(transport.PullScope)})
 	if err != nil {
 		return nil, err
 	}
@@ -91,8 +94,9 @@ type registryImages struct {
 	mirrors  map[string][]mirror
 	insecure map[string]bool
 	keychain authn.Keychain
-	// base carries every request: network policy, stall watchdog, retries.
-	base http.RoundTripper
+	// newBase makes the transport under an endpoint's authenticated one,
+	// which carries its requests: network policy, stall watchdog, retries.
+	newBase func(registry string) http.RoundTripper
 	// transports keeps authenticated transports between resolves.
 	transports *transportCache
 }
@@ -203,7 +207,7 @@ func (p *registryImages) resolveAt(ctx context.Context, ep *endpoint, ref name.R
 		target = "docker.io/" + rest
 	}
 	what := "resolve " + target
-	rt, err := ep.transport(ctx, p.base)
+	rt, err := ep.transport(ctx, p.newBase)
 	if err != nil {
 		return nil, classify(err, what, host)
 	}
@@ -355,7 +359,7 @@ func (p *registryImages) openLayer(ctx context.Context, ep *endpoint, d v1.Hash,
 // layer is a stream, bound by the minimum transfer rate alone; any other
 // blob is a document.
 func (p *registryImages) getBlob(ctx context.Context, ep *endpoint, d v1.Hash, layer bool, rng string) (*http.Response, error) {
-	rt, err := ep.transport(ctx, p.base)
+	rt, err := ep.transport(ctx, p.newBase)
 	if err != nil {
 		return nil, err
 	}
@@ -378,27 +382,15 @@ func (p *registryImages) getBlob(ctx context.Context, ep *endpoint, d v1.Hash, l
 	return client.Do(req)
 }
 
-// checkRedirect bounds blob redirects and refuses a jump from a public host
-// to a private, loopback or link-local address literal (e.g. a cloud metadata
-// service), and any scheme but http(s).
+// checkRedirect bounds blob redirects and refuses any scheme but http(s).
+// Where a redirect may lead is the network policy's to say (netpolicy.go:
+// reach), on the address each connection reaches.
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= maxRedirects {
 		return fmt.Errorf("stopped after %d redirects", maxRedirects)
 	}
 	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
-		return fmt.Errorf("redirect to scheme %q refused", req.URL.Scheme)
-	}
-	from, to := via[0].URL.Hostname(), req.URL.Hostname()
-	if from == to || internalIP(from) {
-		return nil
-	}
-	if internalIP(to) {
-		return fmt.Errorf("redirect from %s to internal address %s refused", from, to)
+		return fmt.Errorf("redirect to scheme %q refused", bound(req.URL.Scheme))
 	}
 	return nil
-}
-
-func internalIP(host string) bool {
-	ip := net.ParseIP(host)
-	return ip != nil && (ip.IsPrivate() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified())
 }
