@@ -158,9 +158,8 @@ func TestUnitsContract(t *testing.T) {
 		{svc, "MemoryMax", "2G"},
 		{svc, "OOMPolicy", "kill"},
 		{svc, "TasksMax", "1024"},
-		{svc, "IPAddressDeny", "169.254.0.0/16 fe80::/10 fd00:ec2::254/128 100.100.100.200/32"},
-		// The kernel-level backstop denies what the agent denies by default.
-		{svc, "IPAddressDeny", strings.Join(config.Default().Registry.DenyNetworks, " ")},
+		// The kernel-level backstop denies what the agent always denies.
+		{svc, "IPAddressDeny", strings.Join(config.DefaultDenyNetworks(), " ")},
 	}
 	for _, w := range want {
 		if got := w.keys[w.key]; len(got) == 0 || got[0] != w.val {
