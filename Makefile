@@ -17,11 +17,12 @@ BIN     := bin/templatecenter
 # libisal2 (ISA-L inflate, which make test expects to load),
 # libisal-dev (its header, for the build), runc (the OCI runtime
 # test/image runs the container image with) and prometheus (prometheus and
-# promtool: test/alerts checks and unit-tests the alert rules).
+# promtool: test/alerts checks and unit-tests the alert rules and runs a
+# real server against the agent).
 #
-# test/dbserver starts its own servers (loopback, free ports, temp dirs)
-# and never uses the services these packages install. Where PID 1 is
-# systemd, installing them also starts mariadb,
+# test/dbserver and test/alerts start their own servers (loopback, free
+# ports, temp dirs) and never use the services these packages install.
+# Where PID 1 is systemd, installing them also starts mariadb,
 # postgresql@15-main, redis-server and prometheus (:9090) on their default
 # ports: harmless to the tests, and `systemctl disable --now mariadb
 # postgresql redis-server prometheus` stops them. In a container without
