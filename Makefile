@@ -18,7 +18,7 @@ BIN     := bin/templatecenter
 # libisal-dev (its header, for the build), runc (the OCI runtime
 # test/image runs the container image with) and prometheus (prometheus and
 # promtool: test/alerts checks and unit-tests the alert rules and runs a
-# real server against the agent).
+# real server against the agent; test/helmchart checks the rendered rules).
 #
 # test/dbserver and test/alerts start their own servers (loopback, free
 # ports, temp dirs) and never use the services these packages install.
