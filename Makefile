@@ -15,17 +15,20 @@ BIN     := bin/templatecenter
 # (package checks), mariadb-server, postgresql (15 on bookworm) and
 # redis-server (CubeMaster's database and Redis, for test/dbserver),
 # libisal2 (ISA-L inflate, which make test expects to load),
-# libisal-dev (its header, for the build) and runc (the OCI runtime
-# test/image runs the container image with).
+# libisal-dev (its header, for the build), runc (the OCI runtime
+# test/image runs the container image with) and prometheus (prometheus and
+# promtool: test/alerts checks and unit-tests the alert rules and runs a
+# real server against the agent; test/helmchart checks the rendered rules).
 #
-# test/dbserver starts its own servers (loopback, free ports, temp dirs) and
-# never uses the services these packages install. Where PID 1 is systemd,
-# installing them also starts mariadb, postgresql@15-main and redis-server
-# on their default ports: harmless to the tests, and `systemctl disable --now
-# mariadb postgresql redis-server` stops them. In a container without
+# test/dbserver and test/alerts start their own servers (loopback, free
+# ports, temp dirs) and never use the services these packages install.
+# Where PID 1 is systemd, installing them also starts mariadb,
+# postgresql@15-main, redis-server and prometheus (:9090) on their default
+# ports: harmless to the tests, and `systemctl disable --now mariadb
+# postgresql redis-server prometheus` stops them. In a container without
 # systemd (CI, Docker's policy-rc.d) they are never started.
-TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server libisal2 libisal-dev runc
-TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo mariadbd mariadb-install-db initdb postgres redis-server runc
+TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server libisal2 libisal-dev runc prometheus
+TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo mariadbd mariadb-install-db initdb postgres redis-server runc prometheus promtool
 # Where Debian keeps PostgreSQL's server programs (initdb, postgres): not on
 # PATH; test/dbserver.PostgresBinDir says the same.
 PG_BINDIR     := /usr/lib/postgresql/15/bin

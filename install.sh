@@ -18,6 +18,9 @@ UNIT_DIR=/etc/systemd/system
 SYSUSERS=/etc/sysusers.d/cube-templatecenter.conf
 TMPFILES=/etc/tmpfiles.d/cube-templatecenter.conf
 MAN=/usr/local/share/man/man8/templatecenter.8
+SHARE_DIR=/usr/local/share/cube-templatecenter
+RULES=$SHARE_DIR/prometheus/cube-templatecenter-rules.yml
+DASHBOARD=$SHARE_DIR/grafana/cube-templatecenter.json
 CONF_DIR=/etc/cube-templatecenter
 CONF=$CONF_DIR/conf.yaml
 ENV_FILE=$CONF_DIR/templatecenter.env
@@ -76,7 +79,8 @@ the install before anything is changed, with the commands to run
 (docs/upstream.md, "Migrating from upstream").
 
 Files: $BIN, $UNIT_DIR/{$SOCKET,$SERVICE},
-$SYSUSERS, $TMPFILES, $CONF, $ENV_FILE.
+$SYSUSERS, $TMPFILES, $CONF, $ENV_FILE; examples for Prometheus
+and Grafana: $RULES, $DASHBOARD.
 EOF
 }
 
@@ -200,7 +204,8 @@ find_binary() {
 	local f
 	for f in "$SRC/systemd/$SERVICE" "$SRC/systemd/$SOCKET" "$SRC/systemd/cube-templatecenter.sysusers" \
 		"$SRC/systemd/cube-templatecenter.tmpfiles" "$SRC/packaging/etc/conf.yaml" "$SRC/packaging/upstream-check.sh" \
-		"$SRC/packaging/etc/templatecenter.env" "$SRC/packaging/templatecenter.8"; do
+		"$SRC/packaging/etc/templatecenter.env" "$SRC/packaging/templatecenter.8" \
+		"$SRC/packaging/prometheus/cube-templatecenter-rules.yml" "$SRC/packaging/grafana/cube-templatecenter.json"; do
 		[ -f "$f" ] || die "missing file in the checkout: $f"
 	done
 	if [ -n "$binary" ]; then
@@ -481,6 +486,8 @@ do_install() {
 	act "install $D$SYSUSERS" install_file 0644 "$SRC/systemd/cube-templatecenter.sysusers" "$SYSUSERS"
 	act "install $D$TMPFILES" install_file 0644 "$SRC/systemd/cube-templatecenter.tmpfiles" "$TMPFILES"
 	act "install $D$MAN" install_file 0644 "$SRC/packaging/templatecenter.8" "$MAN"
+	act "install the example alert rules $D$RULES" install_file 0644 "$SRC/packaging/prometheus/cube-templatecenter-rules.yml" "$RULES"
+	act "install the example dashboard $D$DASHBOARD" install_file 0644 "$SRC/packaging/grafana/cube-templatecenter.json" "$DASHBOARD"
 	act "create $D$CONF_DIR" install -d -m 0755 "$D$CONF_DIR"
 	if [ -f "$D$CONF" ]; then
 		note "keeping the existing $D$CONF"
@@ -543,9 +550,14 @@ do_uninstall() {
 		fi
 	fi
 	local f
-	for f in "$UNIT_DIR/$SOCKET" "$UNIT_DIR/$SERVICE" "$BIN" "$SYSUSERS" "$TMPFILES" "$MAN"; do
+	for f in "$UNIT_DIR/$SOCKET" "$UNIT_DIR/$SERVICE" "$BIN" "$SYSUSERS" "$TMPFILES" "$MAN" "$RULES" "$DASHBOARD"; do
 		if [ -e "$D$f" ]; then
 			act "remove $D$f" rm -f "$D$f"
+		fi
+	done
+	for f in "$SHARE_DIR/prometheus" "$SHARE_DIR/grafana" "$SHARE_DIR"; do
+		if [ -d "$D$f" ] && [ -z "$(ls -A "$D$f")" ]; then
+			act "remove $D$f" rmdir "$D$f"
 		fi
 	done
 	if [ -z "$D" ]; then

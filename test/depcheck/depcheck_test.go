@@ -75,6 +75,9 @@ var rules = []rule{
 	{"bench/...", []string{"bench", "test/...", "rootfs/..."}},
 	// The chart's tests import only the Kubernetes API types, in test files.
 	{"test/helmchart", nil},
+	// The alert rules' and dashboard's tests run the agent binary and
+	// Prometheus; only their test files import the module's test helpers.
+	{"test/alerts", nil},
 	// The link model stands in front of any HTTP server: it knows no other
 	// package of the module.
 	{"test/linkproxy", nil},

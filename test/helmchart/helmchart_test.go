@@ -123,6 +123,7 @@ type manifests struct {
 	serviceAccounts []*corev1.ServiceAccount
 	pdbs            []*policyv1.PodDisruptionBudget
 	serviceMonitors []*serviceMonitor
+	prometheusRules []*prometheusRule
 }
 
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -160,6 +161,9 @@ func decodeAll(out string) (*manifests, error) {
 		case "monitoring.coreos.com/v1 ServiceMonitor":
 			o := &serviceMonitor{}
 			m.serviceMonitors, obj = append(m.serviceMonitors, o), o
+		case "monitoring.coreos.com/v1 PrometheusRule":
+			o := &prometheusRule{}
+			m.prometheusRules, obj = append(m.prometheusRules, o), o
 		default:
 			return nil, fmt.Errorf("document %d: unexpected %s %q", i, tm.APIVersion, tm.Kind)
 		}
@@ -291,6 +295,7 @@ func TestLint(t *testing.T) {
 	}{
 		{"Defaults", nil},
 		{"S3MultiReplica", []string{"--values", "testdata/s3-multi.yaml"}},
+		{"Monitoring", []string{"--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, stderr, err := helm(t, append([]string{"lint", "--strict", "--kube-version", kubeVersion, chartDir}, tc.args...)...)

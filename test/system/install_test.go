@@ -66,6 +66,8 @@ func TestInstallScriptStaging(t *testing.T) {
 		"etc/systemd/system/" + socketUnit: 0o644, "etc/sysusers.d/cube-templatecenter.conf": 0o644,
 		"etc/tmpfiles.d/cube-templatecenter.conf": 0o644, "usr/local/share/man/man8/templatecenter.8": 0o644,
 		"etc/cube-templatecenter/conf.yaml": 0o640, "etc/cube-templatecenter/templatecenter.env": 0o600,
+		"usr/local/share/cube-templatecenter/prometheus/cube-templatecenter-rules.yml": 0o644,
+		"usr/local/share/cube-templatecenter/grafana/cube-templatecenter.json":         0o644,
 	}
 	var found []string
 	filepath.Walk(dest, func(path string, fi os.FileInfo, err error) error {
@@ -154,6 +156,9 @@ func TestInstallScriptStaging(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dest, "usr/local/bin/templatecenter")); err == nil {
 		t.Error("uninstall left the binary")
+	}
+	if _, err := os.Stat(filepath.Join(dest, "usr/local/share/cube-templatecenter")); err == nil {
+		t.Error("uninstall left the example rules and dashboard")
 	}
 	if _, err := os.Stat(conf); err != nil {
 		t.Errorf("uninstall removed the configuration: %v", err)

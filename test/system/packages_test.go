@@ -25,6 +25,9 @@ var packagedFiles = map[string]string{
 	"/etc/cube-templatecenter/templatecenter.env":            "-rw-------",
 	"/usr/share/doc/cube-templatecenter/copyright":           "-rw-r--r--",
 	"/usr/share/doc/cube-templatecenter/changelog.Debian.gz": "-rw-r--r--",
+	// Examples: docs/observability.md ("Alerts", "Dashboard").
+	"/usr/share/cube-templatecenter/prometheus/cube-templatecenter-rules.yml": "-rw-r--r--",
+	"/usr/share/cube-templatecenter/grafana/cube-templatecenter.json":         "-rw-r--r--",
 }
 
 var conffiles = []string{"/etc/cube-templatecenter/conf.yaml", "/etc/cube-templatecenter/templatecenter.env"}
@@ -146,6 +149,16 @@ func TestDebPackage(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(repoRoot, "systemd", unit))
 		if !bytes.Equal(a, b) || len(a) == 0 {
 			t.Errorf("packaged %s differs from systemd/%s", unit, unit)
+		}
+	}
+	for dst, src := range map[string]string{
+		"usr/share/cube-templatecenter/prometheus/cube-templatecenter-rules.yml": "packaging/prometheus/cube-templatecenter-rules.yml",
+		"usr/share/cube-templatecenter/grafana/cube-templatecenter.json":         "packaging/grafana/cube-templatecenter.json",
+	} {
+		a, _ := os.ReadFile(filepath.Join(root, dst))
+		b, _ := os.ReadFile(filepath.Join(repoRoot, src))
+		if !bytes.Equal(a, b) || len(a) == 0 {
+			t.Errorf("packaged /%s differs from %s", dst, src)
 		}
 	}
 	// The first line of version is the version; revision and Go follow.
