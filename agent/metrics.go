@@ -39,6 +39,7 @@ type metrics struct {
 type spoolCounts interface {
 	Counts(ctx context.Context) (queued, running int, err error)
 	OutboxDepth(ctx context.Context) (int, error)
+	OldestReport(ctx context.Context) (time.Time, bool, error)
 }
 
 func newMetrics(sp spoolCounts, logger *slog.Logger) *metrics {
@@ -134,7 +135,7 @@ type spoolCollector struct {
 	spool                  spoolCounts
 	logger                 *slog.Logger
 	timeout                time.Duration
-	queue, outbox, success *prometheus.Desc
+	queue, outbox, oldest, success *prometheus.Desc
 }
 
 func newSpoolCollector(sp spoolCounts, logger *slog.Logger, timeout time.Duration) *spoolCollector {
@@ -145,8 +146,10 @@ func newSpoolCollector(sp spoolCounts, logger *slog.Logger, timeout time.Duratio
 		queue:   prometheus.NewDesc(prometheus.BuildFQName(namespace, "queue", "depth"), "Jobs waiting in the queue.", nil, nil),
 		outbox: prometheus.NewDesc(prometheus.BuildFQName(namespace, "outbox", "depth"),
 			"Status reports not yet delivered to CubeMaster.", nil, nil),
+		oldest: prometheus.NewDesc(prometheus.BuildFQName(namespace, "outbox", "oldest_report_age_seconds"),
+			"Age of the oldest status report not yet delivered to CubeMaster; 0 when none waits.", nil, nil),
 		success: prometheus.NewDesc(prometheus.BuildFQName(namespace, "spool", "scrape_success"),
-			"Whether this scrape read the queue and outbox depths from the spool (1) or not (0).", nil, nil),
+			"Whether this scrape read the queue and outbox depths and the oldest report's age from the spool (1) or not (0).", nil, nil),
 	}
 }
 
@@ -154,6 +157,7 @@ func newSpoolCollector(sp spoolCounts, logger *slog.Logger, timeout time.Duratio
 func (c *spoolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.queue
 	ch <- c.outbox
+	ch <- c.oldest
 	ch <- c.success
 }
 
@@ -171,6 +175,15 @@ func (c *spoolCollector) Collect(ch chan<- prometheus.Metric) {
 		errs = append(errs, err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.outbox, prometheus.GaugeValue, float64(n))
+	}
+	if at, ok, err := c.spool.OldestReport(ctx); err != nil {
+		errs = append(errs, err)
+	} else {
+		age := 0.0
+		if ok {
+			age = max(time.Since(at).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
 	}
 	success := 1.0
 	if err := errors.Join(errs...); err != nil {

@@ -175,6 +175,7 @@ func TestSameHelp(t *testing.T) {
 type fakeSpoolCounts struct {
 	CountsFunc      func(ctx context.Context) (queued, running int, err error)
 	OutboxDepthFunc func(ctx context.Context) (int, error)
+	OldestFunc      func(ctx context.Context) (time.Time, bool, error)
 }
 
 var _ spoolCounts = (*fakeSpoolCounts)(nil)
@@ -193,6 +194,13 @@ func (f *fakeSpoolCounts) OutboxDepth(ctx context.Context) (int, error) {
 	return f.OutboxDepthFunc(ctx)
 }
 
+func (f *fakeSpoolCounts) OldestReport(ctx context.Context) (time.Time, bool, error) {
+	if f.OldestFunc == nil {
+		return time.Time{}, false, errors.New("read the outbox's oldest report: database is locked")
+	}
+	return f.OldestFunc(ctx)
+}
+
 func TestSpoolCollector(t *testing.T) {
 	const (
 		queueHelp = `# HELP cube_templatecenter_queue_depth Jobs waiting in the queue.
@@ -201,25 +209,34 @@ func TestSpoolCollector(t *testing.T) {
 		outboxHelp = `# HELP cube_templatecenter_outbox_depth Status reports not yet delivered to CubeMaster.
 # TYPE cube_templatecenter_outbox_depth gauge
 `
-		successHelp = `# HELP cube_templatecenter_spool_scrape_success Whether this scrape read the queue and outbox depths from the spool (1) or not (0).
+		oldestHelp = `# HELP cube_templatecenter_outbox_oldest_report_age_seconds Age of the oldest status report not yet delivered to CubeMaster; 0 when none waits.
+# TYPE cube_templatecenter_outbox_oldest_report_age_seconds gauge
+`
+		successHelp = `# HELP cube_templatecenter_spool_scrape_success Whether this scrape read the queue and outbox depths and the oldest report's age from the spool (1) or not (0).
 # TYPE cube_templatecenter_spool_scrape_success gauge
 `
 	)
 	counts := func(context.Context) (int, int, error) { return 3, 1, nil }
 	outbox := func(context.Context) (int, error) { return 2, nil }
+	// Queued an hour ago: the age is a whole number of seconds give or
+	// take the test's run, so compare it rounded.
+	oldest := func(context.Context) (time.Time, bool, error) { return time.Now().Add(-time.Hour), true, nil }
+	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
 	for _, c := range []struct {
 		name  string
 		spool *fakeSpoolCounts
 		want  string
 		warns int
 	}{
-		{"Success", &fakeSpoolCounts{CountsFunc: counts, OutboxDepthFunc: outbox},
+		{"Success", &fakeSpoolCounts{CountsFunc: counts, OutboxDepthFunc: outbox, OldestFunc: none},
 			queueHelp + "cube_templatecenter_queue_depth 3\n" + outboxHelp + "cube_templatecenter_outbox_depth 2\n" +
+				oldestHelp + "cube_templatecenter_outbox_oldest_report_age_seconds 0\n" +
 				successHelp + "cube_templatecenter_spool_scrape_success 1\n", 0},
 		{"SpoolFails", &fakeSpoolCounts{},
 			successHelp + "cube_templatecenter_spool_scrape_success 0\n", 1},
-		{"OutboxFails", &fakeSpoolCounts{CountsFunc: counts},
-			queueHelp + "cube_templatecenter_queue_depth 3\n" + successHelp + "cube_templatecenter_spool_scrape_success 0\n", 1},
+		{"OutboxFails", &fakeSpoolCounts{CountsFunc: counts, OldestFunc: none},
+			queueHelp + "cube_templatecenter_queue_depth 3\n" + oldestHelp + "cube_templatecenter_outbox_oldest_report_age_seconds 0\n" +
+				successHelp + "cube_templatecenter_spool_scrape_success 0\n", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var logs syncBuffer
@@ -232,6 +249,24 @@ func TestSpoolCollector(t *testing.T) {
 			}
 		})
 	}
+	t.Run("OldestReportAge", func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(newSpoolCollector(&fakeSpoolCounts{CountsFunc: counts, OutboxDepthFunc: outbox, OldestFunc: oldest},
+			slog.New(slog.DiscardHandler), time.Second))
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "cube_templatecenter_outbox_oldest_report_age_seconds" {
+				if age := mf.GetMetric()[0].GetGauge().GetValue(); age < 3600 || age > 3660 {
+					t.Errorf("oldest report age = %v s for a report queued an hour ago", age)
+				}
+				return
+			}
+		}
+		t.Error("no cube_templatecenter_outbox_oldest_report_age_seconds")
+	})
 }
 
 // TestCallbackSeriesStartAtZero: every outcome and kind of

@@ -194,6 +194,19 @@ func (s *Spool) RetryReport(ctx context.Context, id int64, next time.Time, lastE
 	return nil
 }
 
+// OldestReport returns when the oldest report not yet delivered was
+// queued; ok is false when the outbox is empty.
+func (s *Spool) OldestReport(ctx context.Context) (at time.Time, ok bool, err error) {
+	var ms sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, "SELECT MIN(created_at) FROM reports").Scan(&ms); err != nil {
+		return time.Time{}, false, fmt.Errorf("read the outbox's oldest report: %w", err)
+	}
+	if !ms.Valid {
+		return time.Time{}, false, nil
+	}
+	return time.UnixMilli(ms.Int64), true, nil
+}
+
 // OutboxDepth counts the reports not yet delivered.
 func (s *Spool) OutboxDepth(ctx context.Context) (int, error) {
 	var n int

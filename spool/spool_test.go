@@ -715,3 +715,24 @@ func TestFullDiskIsCannotWrite(t *testing.T) {
 		t.Errorf("AddReport with an empty kind = %v; not a storage failure", err)
 	}
 }
+
+// TestOldestReport: the outbox's oldest report is the first queued still
+// undelivered; none when the outbox is empty.
+func TestOldestReport(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	if _, ok, err := s.OldestReport(ctx); ok || err != nil {
+		t.Fatalf("OldestReport of an empty outbox = %v, %v; want none", ok, err)
+	}
+	before := time.Now().Add(-time.Second)
+	for _, id := range []string{"a", "b"} {
+		mustEnqueue(t, s, id)
+		if err := s.AddReport(ctx, id, Report{Kind: KindStatus, Body: []byte(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at, ok, err := s.OldestReport(ctx)
+	if err != nil || !ok || at.Before(before) || at.After(time.Now()) {
+		t.Errorf("OldestReport = %v, %v, %v; want a time of this test", at, ok, err)
+	}
+}
