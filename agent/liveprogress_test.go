@@ -12,23 +12,32 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
+	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 )
 
-// TestLiveProgressInRedis: a build's pull progress is in CubeMaster's
-// Redis while the job runs, with a TTL, and gone once it ended; /health
-// shows the Redis check. With Redis down the build is not slowed or
-// failed, and /health stays ready with a warning.
-func TestLiveProgressInRedis(t *testing.T) {
+// redisHarness is an agent harness, not started, publishing live progress
+// to the package's Redis server.
+func redisHarness(t *testing.T) (*dbserver.Redis, *harness) {
+	t.Helper()
 	srv := dbs.Redis(t)
-	ctx := context.Background()
 	h := newHarness(t, nil)
 	pub, err := liveprogress.New(liveprogress.Options{Nodes: []string{srv.Addr}, Password: srv.Password},
 		slog.New(slog.NewTextHandler(h.logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pub.Close(ctx) })
+	t.Cleanup(func() { pub.Close(context.Background()) })
 	h.live = pub
+	return srv, h
+}
+
+// TestLiveProgressInRedis: a build's pull progress is in CubeMaster's
+// Redis while the job runs, with a TTL, and gone once it ended; /health
+// shows the Redis check. With Redis down the build is not slowed or
+// failed, and /health stays ready with a warning.
+func TestLiveProgressInRedis(t *testing.T) {
+	ctx := context.Background()
+	srv, h := redisHarness(t)
 	entered, release := h.pauseAtPublish()
 	h.start()
 	rdb := srv.Client()
@@ -73,16 +82,8 @@ func TestLiveProgressInRedis(t *testing.T) {
 // read the checker's last round: a burst of requests sends Redis no more
 // PINGs than the rounds that ran meanwhile.
 func TestHealthRunsNoCheckPerRequest(t *testing.T) {
-	srv := dbs.Redis(t)
 	ctx := context.Background()
-	h := newHarness(t, nil)
-	pub, err := liveprogress.New(liveprogress.Options{Nodes: []string{srv.Addr}, Password: srv.Password},
-		slog.New(slog.NewTextHandler(h.logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pub.Close(ctx) })
-	h.live = pub
+	srv, h := redisHarness(t)
 	h.start()
 	rdb := srv.Client()
 	defer rdb.Close()
