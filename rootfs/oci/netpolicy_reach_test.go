@@ -155,15 +155,7 @@ func TestNoEscalationFromPublicRegistry(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := svc.counts()
-			var on atomic.Bool
-			h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-			reg := newServerAt(t, "203.0.113.10:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if on.Load() && r.Method == http.MethodGet && c.hit(r) {
-					http.Redirect(w, r, "http://internal-name:"+portOf(t, svc.host)+r.URL.Path, http.StatusTemporaryRedirect)
-					return
-				}
-				h.ServeHTTP(w, r)
-			}))
+			reg, on := redirectingRegistry(t, "203.0.113.10:0", c.hit, "http://internal-name:"+portOf(t, svc.host))
 			pushPlain(t, reg.host+"/app:v1", img)
 			on.Store(true)
 			p := newStrictPuller(t, Options{AllowNetworks: reachAllowed(t)})
@@ -203,15 +195,8 @@ func TestNoEscalationFromPublicRegistry(t *testing.T) {
 	t.Run("PublicRegistryPublicRedirect", func(t *testing.T) {
 		store := newTrap(t, "203.0.113.11:0")
 		pushPlain(t, store.host+"/app:v1", img)
-		var on atomic.Bool
-		h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-		reg := newServerAt(t, "203.0.113.10:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if on.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:") {
-				http.Redirect(w, r, "http://auth.example:"+portOf(t, store.host)+r.URL.Path, http.StatusTemporaryRedirect)
-				return
-			}
-			h.ServeHTTP(w, r)
-		}))
+		blobs := func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/blobs/sha256:") }
+		reg, on := redirectingRegistry(t, "203.0.113.10:0", blobs, "http://auth.example:"+portOf(t, store.host))
 		// The manifests come from the registry, the blobs from the store;
 		// both hold the image.
 		pushPlain(t, reg.host+"/app:v1", img)
@@ -219,6 +204,22 @@ func TestNoEscalationFromPublicRegistry(t *testing.T) {
 		p := newStrictPuller(t, Options{AllowNetworks: reachAllowed(t)})
 		fetchAll(t, p, Source{Ref: "http://attacker.example:" + portOf(t, reg.host) + "/app:v1"}, want)
 	})
+}
+
+// redirectingRegistry is a registry at addr that, once on is set, answers
+// the GETs hit matches with a redirect to the same path at base.
+func redirectingRegistry(t *testing.T, addr string, hit func(*http.Request) bool, base string) (*trap, *atomic.Bool) {
+	t.Helper()
+	on := new(atomic.Bool)
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	reg := newServerAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if on.Load() && r.Method == http.MethodGet && hit(r) {
+			http.Redirect(w, r, base+r.URL.Path, http.StatusTemporaryRedirect)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	return reg, on
 }
 
 // TestNoCrossingAfterPrivateRealm: a registry name that answers with a
