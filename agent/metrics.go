@@ -132,9 +132,9 @@ func (t trackingRegisterer) Unregister(c prometheus.Collector) bool {
 // is logged once, here, and shows as spool_scrape_success 0 with the depth
 // it could not read left out, never as a made-up value.
 type spoolCollector struct {
-	spool                  spoolCounts
-	logger                 *slog.Logger
-	timeout                time.Duration
+	spool                          spoolCounts
+	logger                         *slog.Logger
+	timeout                        time.Duration
 	queue, outbox, oldest, success *prometheus.Desc
 }
 
