@@ -215,7 +215,7 @@ func (f *FS) PutFile(ctx context.Context, key, src string, size int64, sha256hex
 	}
 	fi, err := os.Stat(src)
 	if err != nil {
-		return f.fail("put", key, err)
+		return sourceFailed(BackendFS, key, err)
 	}
 	if !fi.Mode().IsRegular() {
 		return f.fail("put", key, fmt.Errorf("%s is not a regular file", src))
@@ -229,7 +229,7 @@ func (f *FS) PutFile(ctx context.Context, key, src string, size int64, sha256hex
 	}
 	file, err := os.Open(src)
 	if err != nil {
-		return f.fail("put", key, err)
+		return sourceFailed(BackendFS, key, err)
 	}
 	defer file.Close()
 	return f.fail("put", key, f.put(ctx, target, file, size, sha256hex))
