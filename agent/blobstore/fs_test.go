@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,14 +16,138 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 )
 
-func newFS(t *testing.T) (*blobstore.FS, string) {
-	t.Helper()
-	root := filepath.Join(t.TempDir(), "root")
+func newFS(tb testing.TB) (*blobstore.FS, string) {
+	tb.Helper()
+	root := filepath.Join(tb.TempDir(), "root")
 	f, err := blobstore.NewFS(root)
 	if err != nil {
-		t.Fatalf("NewFS: %v", err)
+		tb.Fatalf("NewFS: %v", err)
 	}
 	return f, root
+}
+
+// openFS is the fs backend of the conformance suite: a store rooted in a
+// directory of its own, whose probe reads the tree around it.
+func openFS(tb testing.TB) *harness {
+	tb.Helper()
+	f, root := newFS(tb)
+	return &harness{
+		Store:     f,
+		objects:   func(tb testing.TB) []string { objects, _ := fsTree(tb, root); return objects },
+		leftovers: func(tb testing.TB) []string { _, leftovers := fsTree(tb, root); return leftovers },
+		interrupt: func(tb testing.TB, key string, data []byte, sum string) ([]string, func(testing.TB)) {
+			return fsInterrupt(tb, f, key, data, sum)
+		},
+		corrupt: func(tb testing.TB, key string) {
+			tb.Helper()
+			p, err := f.Path(key)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			data, err := os.ReadFile(p)
+			if err != nil || len(data) == 0 {
+				tb.Fatalf("read %s to alter it: %d bytes, %v", p, len(data), err)
+			}
+			data[0] ^= 1
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				tb.Fatal(err)
+			}
+		},
+		missing: func(tb testing.TB) (blobstore.Store, string) {
+			tb.Helper()
+			f, root := newFS(tb)
+			if err := os.Remove(root); err != nil {
+				tb.Fatal(err)
+			}
+			return f, root
+		},
+	}
+}
+
+// fsTree sorts the files in and beside root into published objects (their
+// keys) and leftovers: temporary files (dot names), sidecars without their
+// object, and anything outside the root (as ../name).
+func fsTree(tb testing.TB, root string) (objects, leftovers []string) {
+	tb.Helper()
+	err := filepath.WalkDir(filepath.Dir(root), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		switch base := path.Base(rel); {
+		case !filepath.IsLocal(rel), strings.HasPrefix(base, "."):
+			leftovers = append(leftovers, rel)
+		case strings.HasSuffix(base, blobstore.SidecarSuffix):
+			if _, err := os.Stat(strings.TrimSuffix(p, blobstore.SidecarSuffix)); err != nil {
+				leftovers = append(leftovers, rel)
+			}
+		default:
+			objects = append(objects, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatalf("walk %s: %v", root, err)
+	}
+	slices.Sort(objects)
+	slices.Sort(leftovers)
+	return objects, leftovers
+}
+
+// fsInterrupt leaves what a Put of key killed before its renames leaves:
+// the object's and the sidecar's temporary files, named as FS names them.
+// The object's has an old modification time, as a hard link of an old file
+// has: only its change time says it is in use. complete renames both into
+// place, as the Put would have.
+func fsInterrupt(tb testing.TB, f *blobstore.FS, key string, data []byte, sum string) ([]string, func(testing.TB)) {
+	tb.Helper()
+	target, err := f.Path(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir, base := filepath.Split(target)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	object := fsTemp(tb, dir, "."+base+".tmp-*", data)
+	old := time.Now().Add(-24 * time.Hour)
+	if err := os.Chtimes(object, old, old); err != nil {
+		tb.Fatal(err)
+	}
+	sidecar := fsTemp(tb, dir, "."+base+blobstore.SidecarSuffix+".tmp-*", []byte(sum+"  "+base+"\n"))
+	var traces []string
+	for _, p := range []string{object, sidecar} {
+		rel, _ := filepath.Rel(f.Root(), p)
+		traces = append(traces, filepath.ToSlash(rel))
+	}
+	slices.Sort(traces)
+	return traces, func(tb testing.TB) {
+		tb.Helper()
+		if err := os.Rename(sidecar, target+blobstore.SidecarSuffix); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Rename(object, target); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// fsTemp writes data to a new file in dir named after pattern.
+func fsTemp(tb testing.TB, dir, pattern string, data []byte) string {
+	tb.Helper()
+	file, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer file.Close()
+	if _, err := file.Write(data); err != nil {
+		tb.Fatal(err)
+	}
+	return file.Name()
 }
 
 // names lists a directory.

@@ -3,6 +3,7 @@ package blobstore_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,18 +42,110 @@ func testS3Options(srv *s3server.Server) blobstore.S3Options {
 	}
 }
 
-func newS3(t *testing.T, edit func(*blobstore.S3Options)) (*blobstore.S3, *s3server.Server) {
-	t.Helper()
-	srv := s3srv.Get(t)
+func newS3(tb testing.TB, edit func(*blobstore.S3Options)) (*blobstore.S3, *s3server.Server) {
+	tb.Helper()
+	srv := s3srv.Get(tb)
 	opts := testS3Options(srv)
 	if edit != nil {
 		edit(&opts)
 	}
 	s, err := blobstore.NewS3(opts)
 	if err != nil {
-		t.Fatalf("NewS3: %v", err)
+		tb.Fatalf("NewS3: %v", err)
 	}
 	return s, srv
+}
+
+// openS3 is the S3 backend of the conformance suite: a store on a bucket
+// of its own on the package's server, whose probe asks the server
+// directly.
+func openS3(tb testing.TB) *harness {
+	tb.Helper()
+	ctx := context.Background()
+	srv := s3srv.Get(tb)
+	bucket := newBucketName("conformance-")
+	if err := srv.Client().MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
+		tb.Fatalf("create bucket %s: %v", bucket, err)
+	}
+	s, _ := newS3(tb, func(o *blobstore.S3Options) { o.Bucket = bucket })
+	core := minio.Core{Client: srv.Client()}
+	return &harness{
+		Store: s,
+		objects: func(tb testing.TB) []string {
+			tb.Helper()
+			var keys []string
+			for obj := range core.Client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+				if obj.Err != nil {
+					tb.Fatalf("list %s: %v", bucket, obj.Err)
+				}
+				keys = append(keys, obj.Key)
+			}
+			slices.Sort(keys)
+			return keys
+		},
+		leftovers: func(tb testing.TB) []string {
+			tb.Helper()
+			var uploads []string
+			for u := range core.Client.ListIncompleteUploads(ctx, bucket, "", true) {
+				if u.Err != nil {
+					tb.Fatalf("list incomplete uploads of %s: %v", bucket, u.Err)
+				}
+				uploads = append(uploads, u.Key+" upload "+u.UploadID)
+			}
+			slices.Sort(uploads)
+			return uploads
+		},
+		interrupt: func(tb testing.TB, key string, data []byte, sum string) ([]string, func(testing.TB)) {
+			tb.Helper()
+			id, err := core.NewMultipartUpload(ctx, bucket, key,
+				minio.PutObjectOptions{UserMetadata: map[string]string{blobstore.MetadataSHA256: sum}})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			part, err := core.PutObjectPart(ctx, bucket, key, id, 1, bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return []string{key + " upload " + id}, func(tb testing.TB) {
+				tb.Helper()
+				if _, err := core.CompleteMultipartUpload(ctx, bucket, key, id,
+					[]minio.CompletePart{{PartNumber: 1, ETag: part.ETag}}, minio.PutObjectOptions{}); err != nil {
+					tb.Fatalf("complete upload %s of %s: %v", id, key, err)
+				}
+			}
+		},
+		corrupt: func(tb testing.TB, key string) {
+			tb.Helper()
+			info, err := s.Stat(ctx, key)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			obj, _, _, err := core.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			data, err := io.ReadAll(obj)
+			obj.Close()
+			if err != nil || len(data) == 0 {
+				tb.Fatalf("read %s to alter it: %d bytes, %v", key, len(data), err)
+			}
+			data[0] ^= 1
+			if _, err := core.PutObject(ctx, bucket, key, bytes.NewReader(data), int64(len(data)), "", "",
+				minio.PutObjectOptions{UserMetadata: map[string]string{blobstore.MetadataSHA256: info.SHA256}}); err != nil {
+				tb.Fatal(err)
+			}
+		},
+		missing: func(tb testing.TB) (blobstore.Store, string) {
+			bucket := newBucketName("missing-")
+			s, _ := newS3(tb, func(o *blobstore.S3Options) { o.Bucket = bucket })
+			return s, bucket
+		},
+	}
+}
+
+// newBucketName returns a bucket name no other test uses.
+func newBucketName(prefix string) string {
+	return prefix + strings.ToLower(rand.Text())
 }
 
 // incomplete lists the upload IDs of key's incomplete multipart uploads,
