@@ -204,6 +204,13 @@ func getChecked(r io.Reader, maxBytes int64, sha256hex string) ([]byte, error) {
 	return data, nil
 }
 
+// sourceFailed is the error of a PutFile that cannot read its local file.
+// It has no Kind: the file is missing or denied, not the object or the
+// store, and a caller testing for ErrNotFound means the object.
+func sourceFailed(backend, key string, err error) error {
+	return &Error{Backend: backend, Op: "put", Key: key, Detail: err.Error(), cause: err}
+}
+
 // checkKey rejects keys that are empty, absolute, not in clean slash form,
 // or that climb out with "..".
 func checkKey(key string) error {

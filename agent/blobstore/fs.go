@@ -215,7 +215,7 @@ func (f *FS) PutFile(ctx context.Context, key, src string, size int64, sha256hex
 	}
 	fi, err := os.Stat(src)
 	if err != nil {
-		return f.fail("put", key, err)
+		return sourceFailed(BackendFS, key, err)
 	}
 	if !fi.Mode().IsRegular() {
 		return f.fail("put", key, fmt.Errorf("%s is not a regular file", src))
@@ -229,7 +229,7 @@ func (f *FS) PutFile(ctx context.Context, key, src string, size int64, sha256hex
 	}
 	file, err := os.Open(src)
 	if err != nil {
-		return f.fail("put", key, err)
+		return sourceFailed(BackendFS, key, err)
 	}
 	defer file.Close()
 	return f.fail("put", key, f.put(ctx, target, file, size, sha256hex))
@@ -341,11 +341,10 @@ func (f *FS) AbortIncomplete(ctx context.Context, key string, startedBefore time
 		return f.fail("abort", key, err)
 	}
 	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, "."+base+tmpInfix) && !strings.HasPrefix(name, "."+base+SidecarSuffix+tmpInfix) {
+		if !isTempOf(e.Name(), base) {
 			continue
 		}
-		p := filepath.Join(dir, name)
+		p := filepath.Join(dir, e.Name())
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -363,6 +362,20 @@ func (f *FS) AbortIncomplete(ctx context.Context, key string, startedBefore time
 		}
 	}
 	return nil
+}
+
+// isTempOf reports whether name is a temporary file of a Put to base: the
+// object's (".<base>.tmp-<random>") or its sidecar's
+// (".<base>.sha256.tmp-<random>"). The random part has no dot, which tells
+// them from the temporary files of keys that extend base, such as
+// "<base>.tmp-1": those are another Put's.
+func isTempOf(name, base string) bool {
+	for _, prefix := range []string{"." + base + tmpInfix, "." + base + SidecarSuffix + tmpInfix} {
+		if random, ok := strings.CutPrefix(name, prefix); ok && random != "" && !strings.Contains(random, ".") {
+			return true
+		}
+	}
+	return false
 }
 
 // Check verifies the root is a directory this process can write to.

@@ -436,7 +436,7 @@ func (s *S3) abortUpload(ctx context.Context, key, uploadID string) {
 func (s *S3) PutFile(ctx context.Context, key, path string, size int64, sha256hex string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return &Error{Backend: BackendS3, Op: "put", Key: key, Detail: err.Error(), cause: err}
+		return sourceFailed(BackendS3, key, err)
 	}
 	defer f.Close()
 	return s.Put(ctx, key, f, size, sha256hex)
