@@ -436,8 +436,8 @@ func (c *Config) parse(r io.Reader, name string, strict bool, rep *Report) error
 	errs := w.applyUpstream(c)
 	for _, u := range w.unknown {
 		hint := ""
-		if u.suggestion != "" {
-			hint = fmt.Sprintf("; did you mean %q?", u.suggestion)
+		if u.hint != "" {
+			hint = "; " + u.hint
 		}
 		if strict || c.ConfigFile.Strict {
 			errs = append(errs, fmt.Errorf("%s: unknown keys are errors in strict mode%s", u.what, hint))
@@ -498,14 +498,27 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, prefix string) {
 		case upstreamSection(key) && v.Kind == yaml.MappingNode:
 			w.walk(v, nil, key+".")
 		default:
-			w.unknown = append(w.unknown, unknownKey{fmt.Sprintf("unknown key %q (line %d)", key, k.Line), suggest(key)})
+			w.unknown = append(w.unknown, unknownKey{fmt.Sprintf("unknown key %q (line %d)", key, k.Line), hintFor(key)})
 		}
 	}
 }
 
-// unknownKey is a key of the file that matches no setting, with the known
-// key it is closest to ("" for none).
-type unknownKey struct{ what, suggestion string }
+// unknownKey is a key of the file that matches no setting, with what the
+// file may have meant ("" for nothing close).
+type unknownKey struct{ what, hint string }
+
+// hintFor says what a file meant by the unknown key: the variable of a
+// setting only the environment holds, or the closest known key, never the
+// key itself.
+func hintFor(key string) string {
+	if h := envOnlyHint(key); h != "" {
+		return h
+	}
+	if s := suggest(key); s != "" && s != key {
+		return fmt.Sprintf("did you mean %q?", s)
+	}
+	return ""
+}
 
 // envOverride maps an environment variable (and its deprecated aliases) to
 // a setter of the setting key.

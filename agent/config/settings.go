@@ -16,19 +16,44 @@ import (
 // Setting is one effective value, as `templatecenter check-config` prints
 // it: secrets redacted.
 type Setting struct {
+	// Key is the file's key ("build.queue_size"), or the variable of a
+	// setting only the environment holds ("CUBE_TEMPLATE_CALLBACK_TOKEN").
 	Key    string `json:"key"`
 	Value  string `json:"value"`
 	Source string `json:"source"`
 }
 
+// envOnly are the settings no file key holds: only their variable sets
+// them, so check-config lists them under the variable. name is what the
+// load records their source under, and what a file may hold by mistake
+// (older releases printed it as a key).
+var envOnly = []struct {
+	name, variable string
+	value          func(*Config) string
+}{
+	{"master.token", "CUBE_TEMPLATE_CALLBACK_TOKEN", func(c *Config) string { return formatValue(reflect.ValueOf(Secret(c.Master.Token))) }},
+	{"master.insecure_no_token", "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN", func(c *Config) string { return strconv.FormatBool(c.Master.InsecureNoToken) }},
+}
+
 // Settings lists every setting of c with its value and where it came from,
-// in the order of the sections; secrets show only whether they are set.
+// in the order of the sections, the environment's own after master's;
+// secrets show only whether they are set.
 func (r *Report) Settings(c *Config) []Setting {
 	out := c.flatten()
 	for i := range out {
 		out[i].Source = r.Source(out[i].Key)
 	}
-	return out
+	i := 0 // after the master section
+	for j, s := range out {
+		if strings.HasPrefix(s.Key, "master.") {
+			i = j + 1
+		}
+	}
+	var env []Setting
+	for _, e := range envOnly {
+		env = append(env, Setting{Key: e.variable, Value: e.value(c), Source: r.Source(e.name)})
+	}
+	return slices.Insert(out, i, env...)
 }
 
 var (
@@ -37,20 +62,23 @@ var (
 	secretType      = reflect.TypeFor[Secret]()
 )
 
-// flatten lists c's settings by their file keys, plus the two that only
-// the environment sets (master.token, master.insecure_no_token).
+// flatten lists c's settings by their file keys: the keys a file may hold,
+// and no other.
 func (c *Config) flatten() []Setting {
 	var out []Setting
 	flattenValue(reflect.ValueOf(*c), "", &out)
-	i := 0 // after the master section
-	for j, s := range out {
-		if strings.HasPrefix(s.Key, "master.") {
-			i = j + 1
+	return out
+}
+
+// envOnlyHint says which variable sets key when key names a setting only
+// the environment holds, "" otherwise.
+func envOnlyHint(key string) string {
+	for _, e := range envOnly {
+		if e.name == key {
+			return fmt.Sprintf("the environment alone sets it: %s", e.variable)
 		}
 	}
-	extra := []Setting{{Key: "master.token", Value: formatValue(reflect.ValueOf(Secret(c.Master.Token)))},
-		{Key: "master.insecure_no_token", Value: strconv.FormatBool(c.Master.InsecureNoToken)}}
-	return slices.Insert(out, i, extra...)
+	return ""
 }
 
 func flattenValue(v reflect.Value, prefix string, out *[]Setting) {

@@ -52,7 +52,7 @@ func TestCheckConfigPrintsSourcesRedacted(t *testing.T) {
 		"common.http_port = 8090  # " + path + ":2\n",
 		"common.read_timeout = 2m0s  # " + path + ":3 (common.http_readtimeout)\n",
 		`master.addr = "http://10.0.0.1:8089"  # ` + path + ":4 (common.master_addr)\n",
-		"master.token = REDACTED  # env CUBE_TEMPLATE_CALLBACK_TOKEN\n",
+		"CUBE_TEMPLATE_CALLBACK_TOKEN = REDACTED  # env CUBE_TEMPLATE_CALLBACK_TOKEN\n",
 		"instance_db_config.driver = \"mysql\"  # " + path + ":11 (no driver: mysql, upstream's default)\n",
 		"instance_db_config.pwd = REDACTED  # " + path + ":14\n",
 		"build.layer_cache_quota = 20GiB  # " + path + ":10\n",
