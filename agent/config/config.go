@@ -349,13 +349,15 @@ func Read(env Env, opts Options) (*Config, *Report, error) {
 	if warning != "" {
 		rep.warn(true, "%s", warning)
 	}
-	strict := opts.Strict
+	strict, strictSource := opts.Strict, "flag --strict-config"
 	if v, ok := env(StrictEnv); ok && strings.TrimSpace(v) != "" {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		if err != nil {
 			return nil, rep, fmt.Errorf("%s: %q is not a boolean", StrictEnv, v)
 		}
-		strict = strict || b
+		if b && !strict {
+			strict, strictSource = true, "env "+StrictEnv
+		}
 	}
 	if path != "" {
 		rep.Path = path
@@ -369,6 +371,12 @@ func Read(env Env, opts Options) (*Config, *Report, error) {
 		for _, w := range cfg.fileSecretWarnings(path, fi) {
 			rep.warn(false, "%s", w)
 		}
+	}
+	if strict {
+		// What is in force, as every setting shows: the flag or the
+		// variable wins over the file's config.strict.
+		cfg.ConfigFile.Strict = true
+		rep.setSource("config.strict", strictSource)
 	}
 	cfg.applyEnv(env, rep)
 	if err := cfg.Validate(); err != nil {

@@ -116,3 +116,36 @@ func TestEnvOnlyKeyInFile(t *testing.T) {
 		t.Errorf("hintFor(a typo) = %q", h)
 	}
 }
+
+// TestStrictShowsItsSource: config.strict shows the strictness in force
+// and what asked for it, as every setting does.
+func TestStrictShowsItsSource(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		env        map[string]string
+		opts       Options
+		value      string
+		source     string // "" for the file's line 2
+	}{
+		{"Default", "", nil, Options{}, "false", "default"},
+		{"Env", "", map[string]string{StrictEnv: "true"}, Options{}, "true", "env " + StrictEnv},
+		{"EnvFalse", "", map[string]string{StrictEnv: "false"}, Options{}, "false", "default"},
+		{"Flag", "", map[string]string{StrictEnv: "true"}, Options{Strict: true}, "true", "flag --strict-config"},
+		{"File", "config:\n  strict: true\n", nil, Options{}, "true", ""},
+		{"EnvOverFile", "config:\n  strict: false\n", map[string]string{StrictEnv: "1"}, Options{}, "true", "env " + StrictEnv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, rep, err := readFile(t, tc.file, tc.env, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.source
+			if want == "" {
+				want = rep.Path + ":2"
+			}
+			if s := settingsByKey(t, rep, c)["config.strict"]; s.Value != tc.value || s.Source != want {
+				t.Errorf("config.strict = %+v, want %s from %s", s, tc.value, want)
+			}
+		})
+	}
+}
