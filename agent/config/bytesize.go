@@ -50,7 +50,7 @@ func ParseByteSize(s string) (ByteSize, error) {
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseByteSize(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		return err // the file's parse names the key and line
 	}
 	*b = v
 	return nil

@@ -437,6 +437,9 @@ func (c *Config) parse(r io.Reader, name string, strict bool, rep *Report) error
 		return errors.New("parse YAML: the top level must be a mapping of sections")
 	}
 	if err := doc.Decode(c); err != nil {
+		if keyed := decodeErrors(doc.Content[0], reflect.TypeOf(*c), ""); len(keyed) > 0 {
+			return errors.Join(keyed...)
+		}
 		return fmt.Errorf("decode: %w", err)
 	}
 	w := &walker{name: name, rep: rep, upstream: map[string]*yaml.Node{}}
@@ -454,6 +457,64 @@ func (c *Config) parse(r io.Reader, name string, strict bool, rep *Report) error
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// decodeErrors decodes each value of the mapping n on its own into its
+// field of t, and returns an error for each value that does not fit, naming
+// its key and line, as every other error about the file does: yaml names
+// the line alone, and stops at the first value one of our types refuses.
+// Keys t has no field for are the walker's.
+func decodeErrors(n *yaml.Node, t reflect.Type, prefix string) []error {
+	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+		return nil
+	}
+	fields := yamlFields(t)
+	var errs []error
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ft, ok := fields[k.Value]
+		if !ok {
+			continue
+		}
+		key := prefix + k.Value
+		if v.Kind == yaml.MappingNode && ft.Kind() == reflect.Struct && !reflect.PointerTo(ft).Implements(unmarshalerType) {
+			errs = append(errs, decodeErrors(v, ft, key+".")...)
+			continue
+		}
+		if err := v.Decode(reflect.New(ft).Interface()); err != nil {
+			errs = append(errs, fmt.Errorf("%s (line %d): %s", key, v.Line, decodeMessage(err)))
+		}
+	}
+	return errs
+}
+
+// decodeMessage is what a failed decode says, without the line yaml puts
+// in front of each of its own errors.
+func decodeMessage(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err.Error()
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		if line, rest, ok := strings.Cut(e, ": "); ok && strings.HasPrefix(line, "line ") {
+			e = rest
+		}
+		msgs[i] = e
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// yamlFields maps the YAML keys of struct type t to their fields' types.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			fields[name] = t.Field(i).Type
+		}
+	}
+	return fields
 }
 
 // walker walks the file's mappings against the configuration's types: it
@@ -475,12 +536,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, prefix string) {
 	}
 	fields := map[string]reflect.Type{}
 	if t != nil && t.Kind() == reflect.Struct {
-		for i := 0; i < t.NumField(); i++ {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-			if name != "" && name != "-" {
-				fields[name] = t.Field(i).Type
-			}
-		}
+		fields = yamlFields(t)
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]

@@ -89,8 +89,8 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		"build:\n  heartbeat_interval: 0s\n":               "build.heartbeat_interval",
 		"build:\n  timeout: 0s\n":                          "build.timeout",
 		"build:\n  timeout: -1m\n":                         "build.timeout",
-		"build:\n  layer_cache_quota: lots\n":              "lots",
-		"common:\n  http_port: [1]\n":                      "decode",
+		"build:\n  layer_cache_quota: lots\n":              `build.layer_cache_quota (line 2): "lots"`,
+		"common:\n  http_port: [1]\n":                      "common.http_port (line 2)",
 		"master:\n  retry_initial: 10s\n  retry_max: 1s\n": "master.retry_max",
 		"just a string":                                    "parse YAML",
 		"build:\n  stall_timeout: 0s\n":                    "build.stall_timeout",
@@ -98,7 +98,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		"registry:\n  deny_networks: [10.0.0/8]\n":         `registry.deny_networks: "10.0.0/8" is not a CIDR`,
 		"registry:\n  allow_networks: [127.0.0.1]\n":       `registry.allow_networks: "127.0.0.1" is not a CIDR`,
 		"common:\n  max_concurrent_uploads: 0\n":           "common.max_concurrent_uploads",
-		"spool:\n  min_free: 120%\n":                       "120%",
+		"spool:\n  min_free: 120%\n":                       `spool.min_free (line 2): "120%"`,
 	}
 	for doc, want := range cases {
 		c, _, err := Parse(strings.NewReader(doc))

@@ -38,7 +38,7 @@ func ParseReserve(s string) (Reserve, error) {
 func (r *Reserve) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseReserve(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		return err // the file's parse names the key and line
 	}
 	*r = v
 	return nil

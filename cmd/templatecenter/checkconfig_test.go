@@ -171,6 +171,43 @@ func TestCheckConfigInvalid(t *testing.T) {
 	}
 }
 
+// TestCheckConfigShowsWhatIsInForce: the strictness the environment asks
+// for shows with its source; the settings only the environment holds show
+// under their variables, and the file naming them is told so, never
+// "did you mean" the same key; a value that is not a size names its key.
+func TestCheckConfigShowsWhatIsInForce(t *testing.T) {
+	t.Parallel()
+	path := writeConf(t, "master:\n  token: in-file\n")
+	res := runCLI(t, []string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH=" + path, "CUBE_TEMPLATE_CENTER_STRICT_CONFIG=true",
+		"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN=true"}, "check-config")
+	if res.code != 1 || !strings.Contains(res.stderr, `unknown key "master.token" (line 2): unknown keys are errors in strict mode; `+
+		"the environment alone sets it: CUBE_TEMPLATE_CALLBACK_TOKEN") || strings.Contains(res.stderr, "did you mean") {
+		t.Errorf("master.token in the file, strict: exit %d\n%s", res.code, res.stderr)
+	}
+	res = runCLI(t, []string{"CUBE_TEMPLATE_CENTER_STRICT_CONFIG=true", "CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN=true"}, "check-config")
+	for _, want := range []string{
+		"config.strict = true  # env CUBE_TEMPLATE_CENTER_STRICT_CONFIG\n",
+		"CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN = true  # env CUBE_TEMPLATE_CALLBACK_INSECURE_NO_TOKEN\n",
+		"CUBE_TEMPLATE_CALLBACK_TOKEN = \"\"  # default\n",
+	} {
+		if res.code != 0 || !strings.Contains(res.stdout, want) {
+			t.Errorf("exit %d, stdout lacks %q:\n%s%s", res.code, want, res.stdout, res.stderr)
+		}
+	}
+	if strings.Contains(res.stdout, "master.token") || strings.Contains(res.stdout, "master.insecure_no_token") {
+		t.Errorf("environment-only settings shown as keys:\n%s", res.stdout)
+	}
+	if res := runCLI(t, nil, "check-config", "--strict-config"); !strings.Contains(res.stdout, "config.strict = true  # flag --strict-config\n") {
+		t.Errorf("--strict-config: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+
+	bad := writeConf(t, "common:\n  http_port: 8090\nbuild:\n  queue_size: 4\n  layer_cache_quota: 20 bananas\n")
+	res = runCLI(t, []string{"CUBE_TEMPLATE_CENTER_CONFIG_PATH=" + bad}, "check-config")
+	if want := `build.layer_cache_quota (line 5): "20 bananas" is not a size`; res.code != 1 || !strings.Contains(res.stderr, want) {
+		t.Errorf("a bad size: exit %d, stderr lacks %q:\n%s", res.code, want, res.stderr)
+	}
+}
+
 // TestCheckConfigUsage: flags it does not know and arguments are usage
 // errors (exit 2); -h is help (exit 0); no file means defaults.
 func TestCheckConfigUsage(t *testing.T) {
