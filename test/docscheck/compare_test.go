@@ -58,9 +58,18 @@ var allowed = map[string]string{
 	"build.max_concurent_builds": "the misspelt key of a warning's example",
 	// Read by the test suites, not the binary.
 	"CUBE_TC_SYSTEM_TEST_CACHE": "the system test suite's cache (test/system)",
-	// The OTLP exporter builds this name from a prefix, so it is not in
-	// the binary as a whole.
-	"OTEL_EXPORTER_OTLP_HEADERS": "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_ + HEADERS)",
+	// The OTLP exporter builds these names from a prefix and a suffix, so
+	// they are not in the binary as a whole.
+	"OTEL_EXPORTER_OTLP_HEADERS":            "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_ + HEADERS)",
+	"OTEL_EXPORTER_OTLP_TIMEOUT":            "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_ + TIMEOUT)",
+	"OTEL_EXPORTER_OTLP_COMPRESSION":        "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_ + COMPRESSION)",
+	"OTEL_EXPORTER_OTLP_CERTIFICATE":        "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_ + CERTIFICATE)",
+	"OTEL_EXPORTER_OTLP_INSECURE":           "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_ + INSECURE)",
+	"OTEL_EXPORTER_OTLP_TRACES_HEADERS":     "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_TRACES_ + HEADERS)",
+	"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT":     "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_TRACES_ + TIMEOUT)",
+	"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_TRACES_ + COMPRESSION)",
+	"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_TRACES_ + CERTIFICATE)",
+	"OTEL_EXPORTER_OTLP_TRACES_INSECURE":    "read by the OTLP exporter itself (OTEL_EXPORTER_OTLP_TRACES_ + INSECURE)",
 	// Names that only docs/upstream.md gets wrong, while another change
 	// rewrites that page, go here marked "pending docs/upstream.md
 	// update": none now.
@@ -129,6 +138,7 @@ func compare(t testing.TB, d docs, b *binary, f *facts) (problems []problem, unu
 	c.keys(refs)
 	c.variables(refs)
 	c.routes(refs)
+	c.shorthands()
 	c.commands()
 	c.defaults()
 	used := map[string]bool{}
@@ -146,6 +156,26 @@ func compare(t testing.TB, d docs, b *binary, f *facts) (problems []problem, unu
 	}
 	slices.SortFunc(problems, func(a, b problem) int { return strings.Compare(a.String(), b.String()) })
 	return slices.CompactFunc(problems, func(a, b problem) bool { return a == b }), unused
+}
+
+// shorthandRe matches a variable name written in part: an elided head
+// ("…_TIMEOUT", "..._DISABLED") or tail ("CUBE_TC_...").
+var shorthandRe = regexp.MustCompile(`(?:^|[^A-Za-z0-9_])(?:(?:\.\.\.|…)_[A-Z][A-Z0-9_]*|(?:CUBE|CUBEMASTER|OTEL)_[A-Z0-9_]*(?:\.\.\.|…))`)
+
+// shorthands reports variables the Markdown docs write only in part: an
+// operator's grep for the whole name would not find them.
+func (c *checker) shorthands() {
+	for _, file := range slices.Sorted(maps.Keys(c.d)) {
+		if !strings.HasSuffix(file, ".md") {
+			continue
+		}
+		for _, sp := range mdSpans(c.d[file]) {
+			if m := shorthandRe.FindString(sp.text); m != "" {
+				m = strings.TrimLeft(m, " (,")
+				c.report(m, fmt.Sprintf("%s:%d", file, sp.line), "variable written in part as %s: write it out, so a grep finds it", m)
+			}
+		}
+	}
 }
 
 // isSetting reports whether check-config lists key.

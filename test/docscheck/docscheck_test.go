@@ -77,6 +77,8 @@ func TestPlantedDiscrepancies(t *testing.T) {
 			[]string{"variable CUBE_TEMPLATE_CENTER_SPOOL_FILE: check-config does not read it"}},
 		{"WrongDefault", replace(confFile, "queue_size: 64 ", "queue_size: 65 "),
 			[]string{"build.queue_size shows 65, not the built-in default 64"}},
+		{"VariableShorthand", replace("docs/upstream.md", "`CUBE_TC_RECONCILE_INTERVAL`", "`CUBE_TC_...`"),
+			[]string{"variable written in part as CUBE_TC_...: write it out, so a grep finds it"}},
 		{"WrongTableDefault", replace(readmeFile, "| `build.max_concurrent_builds` | `2` |", "| `build.max_concurrent_builds` | `3` |"),
 			[]string{"the documented default of build.max_concurrent_builds is 3; check-config's is 2"}},
 		{"MissingCommand", func(d docs) {
