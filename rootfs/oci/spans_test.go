@@ -63,11 +63,11 @@ func TestSpansCarryNoSignature(t *testing.T) {
 		}
 		texts := []string{s.Status().Description}
 		for _, a := range s.Attributes() {
-			texts = append(texts, a.Value.Emit())
+			texts = append(texts, a.Value.String())
 		}
 		for _, e := range s.Events() {
 			for _, a := range e.Attributes {
-				texts = append(texts, a.Value.Emit())
+				texts = append(texts, a.Value.String())
 			}
 		}
 		for _, text := range texts {
