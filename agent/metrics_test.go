@@ -285,3 +285,20 @@ func TestCallbackSeriesStartAtZero(t *testing.T) {
 		}
 	}
 }
+
+// TestFailuresCountedByPhase: a job that fails counts under the phase its
+// FAILED report names; the other phases are served at 0.
+func TestFailuresCountedByPhase(t *testing.T) {
+	h := newHarness(t, nil)
+	h.builder.resolveErr = errors.New("manifest unknown")
+	h.start()
+	h.submit("fails-pulling", "img")
+	if cb := h.terminal("fails-pulling"); cb.Field("status") != "FAILED" || cb.Field("phase") != "PULLING" {
+		t.Fatalf("terminal report = %v, want FAILED at PULLING", cb.Body)
+	}
+	for phase, want := range map[string]float64{"PULLING": 1, "UNPACKING": 0, "BUILDING_EXT4": 0} {
+		if got := h.metric("jobs_failed_total", "phase", phase); got != want {
+			t.Errorf("jobs_failed_total{phase=%q} = %v, want %v", phase, got, want)
+		}
+	}
+}

@@ -314,7 +314,7 @@ func (e *Executor) Cancel(ctx context.Context, id string) (spool.Job, error) {
 		}
 		return j, fmt.Errorf("cancel job %s: %w", id, err)
 	}
-	e.metrics.finished.WithLabelValues(string(spool.StateFailed)).Inc()
+	e.metrics.observeFinished(spool.StateFailed, phase)
 	e.metrics.observeTurnaround(spool.StateFailed, j.CreatedAt)
 	e.metrics.cancelled.Inc()
 	e.reporter.Wake()

@@ -411,7 +411,7 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 		r.log.Error("record job result", "err", err)
 		return
 	}
-	e.metrics.finished.WithLabelValues(string(state)).Inc()
+	e.metrics.observeFinished(state, phase)
 	r.observeEnd(state)
 	e.reporter.Wake()
 	if state == spool.StateBuilt {

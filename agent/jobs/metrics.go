@@ -1,8 +1,10 @@
 package jobs
 
 import (
-	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
 // metrics are the series of the executor: jobs and their phases, and,
@@ -12,6 +14,7 @@ type metrics struct {
 	phaseDuration *prometheus.HistogramVec
 	dedup         *prometheus.CounterVec
 	finished      *prometheus.CounterVec
+	failed        *prometheus.CounterVec
 	interrupted   prometheus.Counter
 	cancelled     prometheus.Counter
 	timedOut      prometheus.Counter
@@ -33,6 +36,10 @@ func newMetrics() metrics {
 			Subsystem: "jobs", Name: "finished_total",
 			Help: "Build jobs that reached a terminal state, by result (built, failed).",
 		}, []string{"result"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "jobs", Name: "failed_total",
+			Help: "Build jobs that ended FAILED, by the phase their FAILED report names (PULLING, UNPACKING, BUILDING_EXT4).",
+		}, []string{"phase"}),
 		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: "build", Name: "phase_duration_seconds",
 			Help:    "Time a job spent in each phase its status reports name (PULLING: resolving the image; UNPACKING: CA, fingerprint, reuse checks and waiting for an identical build; BUILDING_EXT4: pulling layers, writing and publishing the image), for the phases it left and the last phase of a job that built.",
@@ -87,6 +94,9 @@ func newMetrics() metrics {
 	for _, r := range []string{"built", "failed"} {
 		m.finished.WithLabelValues(r)
 	}
+	for _, p := range []string{api.PhasePulling, api.PhaseUnpacking, api.PhaseBuildingExt4} {
+		m.failed.WithLabelValues(p)
+	}
 	for _, r := range startCheckResults {
 		m.startChecks.WithLabelValues(r)
 	}
@@ -105,9 +115,18 @@ func newMetrics() metrics {
 // register registers the job series, and the replica series when builds
 // are shared with other replicas.
 func (m metrics) register(reg prometheus.Registerer, replicas bool) {
-	reg.MustRegister(m.running, m.phaseDuration, m.dedup, m.finished, m.interrupted, m.cancelled, m.timedOut,
+	reg.MustRegister(m.running, m.phaseDuration, m.dedup, m.finished, m.failed, m.interrupted, m.cancelled, m.timedOut,
 		m.startChecks, m.queueWait, m.turnaround)
 	if replicas {
 		reg.MustRegister(m.lockWaits, m.lockWaitSeconds, m.lockLosses, m.lockUnavailable, m.publishLockLost)
+	}
+}
+
+// observeFinished counts a job that ended in state; a failed one by the
+// phase its FAILED report names.
+func (m metrics) observeFinished(state spool.State, phase string) {
+	m.finished.WithLabelValues(string(state)).Inc()
+	if state == spool.StateFailed {
+		m.failed.WithLabelValues(phase).Inc()
 	}
 }
