@@ -201,7 +201,8 @@ func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id strin
 			return
 		}
 		var pubErr error
-		if !a.artifacts.WhenIdle(id, func() { handedOver, pubErr = true, a.store.Publish(f, id) }) {
+		handedOver, pubErr = a.artifacts.Install(f, id)
+		if !handedOver {
 			writeError(w, http.StatusConflict, artifacts.ErrBuilding.Error())
 			return
 		}

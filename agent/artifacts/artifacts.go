@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -97,9 +98,9 @@ type Artifacts struct {
 
 	// mu guards inUse.
 	mu sync.Mutex
-	// inUse holds the artifact ids a build or reuse is working on, so a
-	// delete (or an upload) of the same artifact waits its turn.
-	inUse map[string]bool
+	// inUse counts the holds on each artifact a build or reuse is working
+	// on, so a delete (or an upload) of the same artifact waits its turn.
+	inUse map[string]int
 	// orphansSeen holds, for each local copy the last reconcile pass found
 	// without a database row, when a pass first found it so; only the
 	// reconcile loop uses it.
@@ -137,7 +138,7 @@ func New(o Options) *Artifacts {
 		replicas: o.Replicas,
 		logger:   o.Logger,
 		metrics:  newMetrics(),
-		inUse:    map[string]bool{},
+		inUse:    map[string]int{},
 	}
 	if a.replicas == nil {
 		a.replicas = func() config.Replicas { return config.Replicas{} }
@@ -175,30 +176,54 @@ func (a *Artifacts) Objects() blobstore.Store {
 // can adopt each other's uploads.
 func (a *Artifacts) Signed() bool { return a.objects != nil && a.objects.recordKey != nil }
 
-// Hold marks artifact id in use by a build or reuse; Release ends it.
-// Deletes and uploads of the artifact are refused meanwhile, and a Hold
-// waits for one that runs (WhenIdle).
-func (a *Artifacts) Hold(id string) {
-	a.mu.Lock()
-	a.inUse[id] = true
-	a.mu.Unlock()
+// Holding is a build's or a reuse's hold on an artifact, from Hold to its
+// Release: deletes and uploads of the artifact are refused meanwhile.
+type Holding struct {
+	a    *Artifacts
+	id   string
+	once sync.Once
 }
 
-// Release ends a Hold.
-func (a *Artifacts) Release(id string) {
+// Hold marks artifact id in use by a build or reuse until the returned
+// Holding is released. It waits for a delete or an upload of the artifact
+// that is running; later ones are refused (ErrBuilding) until Release.
+func (a *Artifacts) Hold(id string) *Holding {
 	a.mu.Lock()
-	delete(a.inUse, id)
+	a.inUse[id]++
 	a.mu.Unlock()
+	return &Holding{a: a, id: id}
 }
 
-// WhenIdle runs fn unless artifact id is held; it reports whether fn ran.
-// No Hold of the artifact begins while fn runs.
-func (a *Artifacts) WhenIdle(id string, fn func()) bool {
+// Release ends the hold; a second call does nothing.
+func (h *Holding) Release() {
+	h.once.Do(func() {
+		h.a.mu.Lock()
+		defer h.a.mu.Unlock()
+		if h.a.inUse[h.id]--; h.a.inUse[h.id] <= 0 {
+			delete(h.a.inUse, h.id)
+		}
+	})
+}
+
+// whenIdle runs fn unless artifact id is held, and returns fn's error, or
+// ErrBuilding when it did not run. No Hold of the artifact begins while fn
+// runs.
+func (a *Artifacts) whenIdle(id string, fn func() error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.inUse[id] {
-		return false
+	if a.inUse[id] > 0 {
+		return ErrBuilding
 	}
-	fn()
-	return true
+	return fn()
+}
+
+// Install publishes f, an upload written in full, as artifact id's image
+// unless the artifact is held (ErrBuilding, f left to the caller). Once
+// installed, f is the store's, whatever the error.
+func (a *Artifacts) Install(f *os.File, id string) (installed bool, err error) {
+	err = a.whenIdle(id, func() error {
+		installed = true
+		return a.store.Publish(f, id)
+	})
+	return installed, err
 }

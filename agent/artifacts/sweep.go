@@ -245,14 +245,14 @@ func (a *Artifacts) RemoveOrphans(ctx context.Context) {
 // removeOrphan removes one local copy RemoveOrphans found orphaned, unless
 // a job needs it by now.
 func (a *Artifacts) removeOrphan(ctx context.Context, rec spool.Artifact) {
-	var rmErr error
-	ran := a.WhenIdle(rec.ID, func() {
-		if rmErr = a.unreported(ctx, rec.ID); rmErr == nil {
-			rmErr = a.removeLocalCopy(ctx, rec.ID)
+	rmErr := a.whenIdle(rec.ID, func() error {
+		if err := a.unreported(ctx, rec.ID); err != nil {
+			return err
 		}
+		return a.removeLocalCopy(ctx, rec.ID)
 	})
 	switch {
-	case !ran, errors.Is(rmErr, ErrReported):
+	case errors.Is(rmErr, ErrBuilding), errors.Is(rmErr, ErrReported):
 	case rmErr != nil:
 		a.logger.Warn("reconcile: remove orphaned local artifact", "artifact_id", rec.ID, "err", rmErr)
 	default:

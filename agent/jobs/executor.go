@@ -167,6 +167,8 @@ type flight struct {
 	reused bool
 	err    error
 	phase  string
+	// hold keeps deletes and uploads of the artifact out until it lands.
+	hold *artifacts.Holding
 }
 
 // New returns an executor; Dispatch runs it.
@@ -357,8 +359,8 @@ func (e *Executor) join(agentCtx context.Context, limit time.Duration, fp, artif
 	ctx, cancel := context.WithTimeoutCause(agentCtx, limit, buildTimeout{limit})
 	fl = &flight{done: make(chan struct{}), ctx: ctx, cancel: cancel, members: 1}
 	e.flights[fp] = fl
-	// Under e.mu: a delete running now (WhenIdle) finishes first.
-	e.artifacts.Hold(artifactID)
+	// Under e.mu: a delete running now finishes first.
+	fl.hold = e.artifacts.Hold(artifactID)
 	return fl, true, true
 }
 
@@ -374,11 +376,11 @@ func (e *Executor) leave(fl *flight) {
 }
 
 // land ends a flight and wakes the jobs waiting for it.
-func (e *Executor) land(fp, artifactID string, fl *flight, built *api.Built, reused bool, err error, phase string) {
+func (e *Executor) land(fp string, fl *flight, built *api.Built, reused bool, err error, phase string) {
 	fl.cancel()
 	e.mu.Lock()
 	delete(e.flights, fp)
-	e.artifacts.Release(artifactID)
+	fl.hold.Release()
 	e.mu.Unlock()
 	fl.built, fl.reused, fl.err, fl.phase = built, reused, err, phase
 	close(fl.done)

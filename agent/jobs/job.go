@@ -149,7 +149,7 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 					// Whichever step it stopped in (image, upload).
 					err = timeout
 				}
-				e.land(fp, artifactID, fl, built, reused, err, api.PhaseBuildingExt4)
+				e.land(fp, fl, built, reused, err, api.PhaseBuildingExt4)
 			}()
 		case joined:
 			r.log.Info("identical build in flight, waiting for it", "fingerprint", fp)
