@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -108,7 +107,7 @@ type Artifacts struct {
 }
 
 // Errors of Delete and of an upload's publication. The daemon answers 409
-// to each, and 503 to ErrDatabaseUnavailable.
+// to each, 503 to ErrDatabaseUnavailable and 400 to ErrEmpty.
 var (
 	// ErrBuilding refuses a delete of an artifact being built or reused
 	// here, or by another replica (its build lock is held).
@@ -127,6 +126,8 @@ var (
 	// ErrObjectMissing reports an artifact with neither an intact object
 	// nor a local image to upload again: it must be rebuilt.
 	ErrObjectMissing = errors.New("artifact object missing and no local copy to upload")
+	// ErrEmpty refuses an upload of an empty image.
+	ErrEmpty = errors.New("empty image")
 )
 
 // New returns the artifacts of o.
@@ -215,15 +216,4 @@ func (a *Artifacts) whenIdle(id string, fn func() error) error {
 		return ErrBuilding
 	}
 	return fn()
-}
-
-// Install publishes f, an upload written in full, as artifact id's image
-// unless the artifact is held (ErrBuilding, f left to the caller). Once
-// installed, f is the store's, whatever the error.
-func (a *Artifacts) Install(f *os.File, id string) (installed bool, err error) {
-	err = a.whenIdle(id, func() error {
-		installed = true
-		return a.store.Publish(f, id)
-	})
-	return installed, err
 }
