@@ -1,9 +1,10 @@
 // Package artifacts owns the artifacts this replica builds or reuses:
 // where each one's data lives (the local store, the spool's record of it,
 // the blob store's object and its signed record, CubeMaster's artifact
-// row), whether an existing one can answer a job instead of a build, its
-// publication to the blob store, its deletion, and the sweeps that remove
-// what CubeMaster marked or forgot. It answers with typed errors; the
+// row), whether an existing one can answer a job instead of a build
+// (Obtain, under the fingerprint's build lock shared with other replicas),
+// its publication to the blob store, uploads, holds, its deletion, and the
+// sweeps that remove what CubeMaster marked or forgot. It answers with typed errors; the
 // daemon turns them into HTTP statuses.
 package artifacts
 
