@@ -192,6 +192,17 @@ func testRequest(b *fakeBuilder, n int) Request {
 		Build: b.build(id)}
 }
 
+// obtained builds the artifact of fingerprint n with a and returns its
+// request.
+func obtained(t *testing.T, a *Artifacts, b *fakeBuilder, n int) Request {
+	t.Helper()
+	req := testRequest(b, n)
+	if _, _, err := a.Obtain(context.Background(), req); err != nil {
+		t.Fatalf("Obtain: %v", err)
+	}
+	return req
+}
+
 // errUnreachable is a database that cannot be reached.
 var errUnreachable = fmt.Errorf("dial: %w", masterdb.ErrUnavailable)
 

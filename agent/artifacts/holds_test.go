@@ -14,10 +14,7 @@ import (
 func TestHoldsKeepDeletesOut(t *testing.T) {
 	a, _, b := testArtifacts(t, nil)
 	ctx := context.Background()
-	req := testRequest(b, 6)
-	if _, _, err := a.Obtain(ctx, req); err != nil {
-		t.Fatal(err)
-	}
+	req := obtained(t, a, b, 6)
 	first, second := a.Hold(req.ArtifactID), a.Hold(req.ArtifactID)
 	if err := a.Delete(ctx, req.ArtifactID); !errors.Is(err, ErrBuilding) {
 		t.Fatalf("Delete while held = %v, want ErrBuilding", err)
@@ -41,10 +38,7 @@ func TestHoldsKeepDeletesOut(t *testing.T) {
 func TestDeleteRefusesUnreported(t *testing.T) {
 	a, index, b := testArtifacts(t, nil)
 	ctx := context.Background()
-	req := testRequest(b, 7)
-	if _, _, err := a.Obtain(ctx, req); err != nil {
-		t.Fatal(err)
-	}
+	req := obtained(t, a, b, 7)
 	index.pending[req.ArtifactID] = true
 	if err := a.Delete(ctx, req.ArtifactID); !errors.Is(err, ErrReported) {
 		t.Fatalf("Delete of an unreported artifact = %v, want ErrReported", err)

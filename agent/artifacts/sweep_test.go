@@ -33,10 +33,7 @@ func TestOrphanNeedsTwoSightings(t *testing.T) {
 		o.Replicas = func() config.Replicas { return config.Replicas{OrphanAge: 0, ReconcileInterval: interval} }
 	})
 	ctx := context.Background()
-	req := testRequest(b, 9)
-	if _, _, err := a.Obtain(ctx, req); err != nil {
-		t.Fatal(err)
-	}
+	req := obtained(t, a, b, 9)
 	copyPath := a.store.ArtifactDir(req.ArtifactID)
 	kept := func(want bool, what string) {
 		t.Helper()
