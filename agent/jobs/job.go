@@ -136,7 +136,8 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 
 	for {
 		// Reuses run in the flight too, so that a delete of the artifact
-		// (withArtifactIdle) waits for them as it waits for builds.
+		// (refused while the flight holds it) waits for them as it waits for
+		// builds.
 		fl, leader, joined := r.e.join(r.agentCtx, r.limit, fp, artifactID)
 		switch {
 		case leader:
