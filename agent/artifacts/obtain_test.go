@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
@@ -121,6 +123,24 @@ func TestObtainBuildsWithoutUnreachableDatabase(t *testing.T) {
 	}
 	if tries.Load() != lockUnavailableTries {
 		t.Errorf("lock tries = %d, want %d", tries.Load(), lockUnavailableTries)
+	}
+	if n := testutil.ToFloat64(a.metrics.lockUnavailable); n != 1 {
+		t.Errorf("lock_unavailable_total = %v, want 1", n)
+	}
+}
+
+// TestObtainBuildsOnceLockIsFree: a lock another replica held, released
+// without a READY row (its build failed), is taken and the artifact built;
+// the wait is counted once.
+func TestObtainBuildsOnceLockIsFree(t *testing.T) {
+	var tries atomic.Int32
+	rows := &fakeRows{tryLock: func() (bool, error) { return tries.Add(1) > 2, nil }}
+	a, _, b := testArtifacts(t, func(o *Options) { o.Rows = rows })
+	if _, src, err := a.Obtain(context.Background(), testRequest(b, 10)); err != nil || src != SourceBuilt {
+		t.Fatalf("Obtain = %v, %v; want a build once the lock is free", src, err)
+	}
+	if n := testutil.ToFloat64(a.metrics.lockWaits); n != 1 || b.builds() != 1 {
+		t.Errorf("lock_waits_total = %v, builds %d; want 1 and 1", n, b.builds())
 	}
 }
 
