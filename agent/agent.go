@@ -174,12 +174,12 @@ func New(o Options) *Agent {
 		Replicas: replicas, AbandonAfter: func() time.Duration { return a.config().Build.Timeout },
 		Logger: o.Logger, Metrics: a.metrics.scoped()}
 	execOpts := jobs.Options{Jobs: o.Spool, Builder: o.Builder, Reporter: a.reporter,
-		Settings: func() config.Build { return a.config().Build }, Replicas: replicas,
-		Logger: o.Logger, Tracer: a.tracer, Metrics: a.metrics.scoped(),
+		Settings: func() config.Build { return a.config().Build },
+		Logger:   o.Logger, Tracer: a.tracer, Metrics: a.metrics.scoped(),
 		Beat: func() { a.beats.beat(loopDispatcher, time.Now()) }}
 	// Typed nils would pass for a database or a publisher that is there.
 	if o.Database != nil {
-		artOpts.Rows, execOpts.Locks = o.Database, o.Database
+		artOpts.Rows = o.Database
 	}
 	if o.LiveProgress != nil {
 		execOpts.Live = o.LiveProgress

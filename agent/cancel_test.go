@@ -247,34 +247,6 @@ func findLogLine(logs, sub string) (string, bool) {
 	return "", false
 }
 
-// TestCancelLeaderOfSharedBuild: cancelling the job that started a build
-// another job waits for cancels only that job: the build goes on, once,
-// and the other job gets its artifact.
-func TestCancelLeaderOfSharedBuild(t *testing.T) {
-	h := newHarness(t, nil)
-	release := make(chan struct{})
-	leader, follower, _, ended := sharedBuild(t, h, "twin-a", "twin-b", "same-image", release)
-
-	code, body := h.cancelJob(leader)
-	checkCancelAnswer(t, leader, code, body)
-	checkCancelled(t, h, leader, api.PhaseBuildingExt4)
-	close(release)
-	if cb := h.terminal(follower); cb.Field("status") != "BUILT" {
-		t.Errorf("job sharing the build ended %v, want BUILT", cb.Body)
-	}
-	select {
-	case <-ended:
-		t.Error("the shared build was cancelled with the job that started it")
-	default:
-	}
-	if n := h.builder.buildCount(); n != 1 {
-		t.Errorf("builds = %d, want the one shared build", n)
-	}
-	if j := h.waitJob(leader, spool.StateFailed); j.Error != "cancelled" {
-		t.Errorf("cancelled leader = %+v, want it to stay failed \"cancelled\"", j)
-	}
-}
-
 // TestCancelEveryJobOfSharedBuild: cancelling the waiting job leaves the
 // build to the other; cancelling that one too, the last that wants it,
 // stops the build and removes its temporary image.

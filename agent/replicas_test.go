@@ -22,7 +22,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
@@ -503,7 +502,7 @@ func TestPlantedRecordIsNotAdopted(t *testing.T) {
 	}{
 		{"signed with another secret", "signature", nil},
 		{"unsigned", "unsigned", func(t *testing.T, rs *replicaSet, key string) {
-			data, err := rs.objects.Get(context.Background(), artifacts.RecordKey(key), 1<<20)
+			data, err := rs.objects.Get(context.Background(), recordKeyOf(key), 1<<20)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -515,7 +514,7 @@ func TestPlantedRecordIsNotAdopted(t *testing.T) {
 			if err := json.Unmarshal(data, &env); err != nil {
 				t.Fatal(err)
 			}
-			putObject(t, rs.objects, artifacts.RecordKey(key), env.Built) // the BUILT fields alone
+			putObject(t, rs.objects, recordKeyOf(key), env.Built) // the BUILT fields alone
 		}},
 		{"object replaced", "mismatch", func(t *testing.T, rs *replicaSet, key string) {
 			info, err := rs.objects.Stat(context.Background(), key)
@@ -797,62 +796,8 @@ func TestOrphanAgeCountsFromDelivery(t *testing.T) {
 	}
 }
 
-// TestOrphanNeedsTwoSightings: one pass that finds no row (a lagging or
-// inconsistent read) removes nothing; a second pass removes the copy only
-// when it comes at least a reconcile interval after the first, and a row
-// seen again in between starts the count over.
-func TestOrphanNeedsTwoSightings(t *testing.T) {
-	rs := newReplicaSet(t, dbDialects[1])
-	ctx := context.Background()
-	h := rs.replica(true, func(c *config.Config) {
-		c.Replicas.ReconcileDisabled = true // the test runs the passes
-		c.Replicas.OrphanAge = 0
-		// Long enough for two passes in a row to fall within it.
-		c.Replicas.ReconcileInterval = 3 * time.Second
-	})
-	rs.submit(h, "job-1", "alpine:3")
-	id := h.terminal("job-1").Field("artifact_id")
-	copyPath := filepath.Join(h.cfg.Store.Dir, id)
-	setRow := func(present bool) {
-		t.Helper()
-		q := "DELETE FROM t_cube_rootfs_artifact WHERE artifact_id = $1"
-		args := []any{id}
-		if present {
-			q = "INSERT INTO t_cube_rootfs_artifact (artifact_id, template_spec_fingerprint, status) VALUES ($1, $2, 'READY')"
-			args = append(args, "fp-of-"+id)
-		}
-		if _, err := rs.seed.Exec(q, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kept := func(want bool, what string) {
-		t.Helper()
-		if _, err := os.Stat(copyPath); (err == nil) != want {
-			t.Fatalf("%s: copy present = %v (%v), want %v", what, err == nil, err, want)
-		}
-	}
-	setRow(false)
-	h.agent.artifacts.RemoveOrphans(ctx)
-	kept(true, "first pass without a row")
-	if n := h.metric("reconcile_local_orphans_kept", "reason", "unconfirmed"); n != 1 {
-		t.Errorf("local_orphans_kept{reason=unconfirmed} = %v, want 1", n)
-	}
-	h.agent.artifacts.RemoveOrphans(ctx)
-	kept(true, "a second pass within the reconcile interval")
-	// The row is back on the next read: the earlier sighting is void, so a
-	// pass more than an interval after it, but not after the new one,
-	// keeps the copy.
-	time.Sleep(h.cfg.Replicas.ReconcileInterval)
-	setRow(true)
-	h.agent.artifacts.RemoveOrphans(ctx)
-	setRow(false)
-	h.agent.artifacts.RemoveOrphans(ctx)
-	kept(true, "a pass right after one that found the row")
-	// A pass an interval after the new first sighting removes it.
-	time.Sleep(h.cfg.Replicas.ReconcileInterval)
-	h.agent.artifacts.RemoveOrphans(ctx)
-	kept(false, "a pass an interval after the first sighting")
-	if n := h.metric("reconcile_local_removed_total"); n != 1 {
-		t.Errorf("local_removed_total = %v, want 1", n)
-	}
+// recordKeyOf is where the blob store keeps the record beside the object
+// at key: the bucket layout replicas share.
+func recordKeyOf(objectKey string) string {
+	return strings.TrimSuffix(objectKey, ".ext4") + ".json"
 }

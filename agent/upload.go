@@ -7,7 +7,6 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
-	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 )
 
 // uploadReply is upstream's UploadArtifactResponse.
@@ -126,90 +124,63 @@ func uploadTooBig(err error) (string, bool) {
 // store.min_free.
 var errBelowReserve = errors.New("store below its reserve")
 
-// reserveCheckEvery is how many bytes an upload writes between two looks at
-// the store's free space: small beside any reserve worth setting, large
+// reserveCheckEvery is how many bytes an upload passes on between two looks
+// at the store's free space: small beside any reserve worth setting, large
 // beside a statfs call.
 const reserveCheckEvery = 1 << 20
 
-// reserveWriter writes an upload to the store and stops it once the store
-// falls below its reserve (a body without Content-Length, another writer
-// filling the disk meanwhile).
-type reserveWriter struct {
-	w       io.Writer
+// reserveReader passes an upload on to the store and stops it once the
+// store falls below its reserve (a body without Content-Length, another
+// writer filling the disk meanwhile): each look comes before the bytes
+// read are handed on to be written.
+type reserveReader struct {
+	r       io.Reader
 	vol     volume
 	written int64
 	checked int64
 }
 
-func (rw *reserveWriter) Write(p []byte) (int, error) {
-	if rw.written-rw.checked >= reserveCheckEvery || rw.written == 0 {
-		rw.checked = rw.written
-		if err := rw.vol.roomFor(int64(len(p))); err != nil {
-			return 0, fmt.Errorf("%w: %w", errBelowReserve, err)
+func (rr *reserveReader) Read(p []byte) (int, error) {
+	n, err := rr.r.Read(p)
+	if n > 0 && (rr.written-rr.checked >= reserveCheckEvery || rr.written == 0) {
+		rr.checked = rr.written
+		if rerr := rr.vol.roomFor(int64(n)); rerr != nil {
+			return 0, fmt.Errorf("%w: %w", errBelowReserve, rerr)
 		}
 	}
-	n, err := rw.w.Write(p)
-	rw.written += int64(n)
+	rr.written += int64(n)
 	return n, err
 }
 
-// receiveArtifact streams one file part into the store. The file is written
-// and hashed, and an image already in place compared, before the artifact
-// lock is taken: the lock, which build starts wait on, covers the rename
-// alone.
+// receiveArtifact stores one file part as artifact id's image
+// (artifacts.Accept) and answers with where it lies.
 func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id string, part io.Reader) {
-	f, err := a.store.CreateTemp(id)
-	if err != nil {
+	guard := &reserveReader{r: part, vol: volumeNamed(a.config(), "store")}
+	acc, err := a.artifacts.Accept(r.Context(), id, guard)
+	var writeErr *artifacts.WriteError
+	if msg, ok := uploadTooBig(err); ok {
+		writeError(w, http.StatusRequestEntityTooLarge, msg)
+		return
+	}
+	switch {
+	case errors.As(err, &writeErr) && (errors.Is(err, errBelowReserve) || errors.Is(err, syscall.ENOSPC)):
+		noteAttrs(w, "artifact_id", id, "written", guard.written)
+		writeRetryLater(w, http.StatusInsufficientStorage, err.Error())
+		return
+	case errors.Is(err, artifacts.ErrEmpty):
+		writeError(w, http.StatusBadRequest, "file: empty")
+		return
+	case errors.Is(err, artifacts.ErrBuilding):
+		writeError(w, http.StatusConflict, artifacts.ErrBuilding.Error())
+		return
+	case err != nil:
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	handedOver := false
-	defer func() {
-		if !handedOver {
-			a.store.Discard(f, id)
-		}
-	}()
-	guard := &reserveWriter{w: f, vol: volumeNamed(a.config(), "store")}
-	sum, size, err := rootfs.CopyHashed(r.Context(), guard, part)
-	if err != nil {
-		if msg, ok := uploadTooBig(err); ok {
-			writeError(w, http.StatusRequestEntityTooLarge, msg)
-			return
-		}
-		if errors.Is(err, errBelowReserve) || errors.Is(err, syscall.ENOSPC) {
-			noteAttrs(w, "artifact_id", id, "written", guard.written)
-			writeRetryLater(w, http.StatusInsufficientStorage, "store upload: "+err.Error())
-			return
-		}
-		writeError(w, http.StatusInternalServerError, "store upload: "+err.Error())
-		return
+	reply := uploadReply{Status: "uploaded", ArtifactID: id, Ext4Path: acc.Path, Ext4SHA256: acc.SHA256, Ext4SizeBytes: acc.Size}
+	if acc.Reused {
+		reply.Status = "reused"
 	}
-	if size == 0 {
-		writeError(w, http.StatusBadRequest, "file: empty")
-		return
-	}
-	final := a.store.ArtifactPath(id)
-	reply := uploadReply{Status: "uploaded", ArtifactID: id, Ext4Path: final, Ext4SHA256: sum, Ext4SizeBytes: size}
-	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == size {
-		if have, err := rootfs.FileSHA256(r.Context(), final); err == nil && have == sum {
-			reply.Status = "reused"
-		}
-	}
-	if reply.Status == "uploaded" {
-		if err := f.Chmod(0o644); err != nil {
-			writeError(w, http.StatusInternalServerError, "store upload: "+err.Error())
-			return
-		}
-		var pubErr error
-		if !a.artifacts.WhenIdle(id, func() { handedOver, pubErr = true, a.store.Publish(f, id) }) {
-			writeError(w, http.StatusConflict, artifacts.ErrBuilding.Error())
-			return
-		}
-		if pubErr != nil {
-			writeError(w, http.StatusInternalServerError, pubErr.Error())
-			return
-		}
-	}
-	a.logger.Info("artifact uploaded", "artifact_id", id, "status", reply.Status, "size", size)
+	a.logger.Info("artifact uploaded", "artifact_id", id, "status", reply.Status, "size", acc.Size)
 	writeJSON(w, http.StatusOK, reply)
 }

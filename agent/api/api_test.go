@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -122,10 +123,11 @@ func TestParseBuild(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !IsValidation(err) {
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
 				t.Fatalf("ParseBuild = %v, want a validation error", err)
 			}
-			if ve := err.(*ValidationError); ve.Field != c.field {
+			if ve.Field != c.field {
 				t.Errorf("field = %q, want %q (%v)", ve.Field, c.field, err)
 			}
 		})

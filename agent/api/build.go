@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -138,12 +137,6 @@ func (b *Build) ValidateEnvd() error {
 		return invalid("envd_sha256", "%s does not match the envd_data bytes (sha256 %s)", safetext.Quote(claimed, 64), b.EnvdSHA)
 	}
 	return nil
-}
-
-// IsValidation reports whether err is a request validation failure.
-func IsValidation(err error) bool {
-	var v *ValidationError
-	return errors.As(err, &v)
 }
 
 // Fingerprint is the template spec fingerprint: the SHA-256 of the JSON

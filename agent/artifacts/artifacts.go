@@ -1,9 +1,10 @@
 // Package artifacts owns the artifacts this replica builds or reuses:
 // where each one's data lives (the local store, the spool's record of it,
 // the blob store's object and its signed record, CubeMaster's artifact
-// row), whether an existing one can answer a job instead of a build, its
-// publication to the blob store, its deletion, and the sweeps that remove
-// what CubeMaster marked or forgot. It answers with typed errors; the
+// row), whether an existing one can answer a job instead of a build
+// (Obtain, under the fingerprint's build lock shared with other replicas),
+// its publication to the blob store, uploads, holds, its deletion, and the
+// sweeps that remove what CubeMaster marked or forgot. It answers with typed errors; the
 // daemon turns them into HTTP statuses.
 package artifacts
 
@@ -97,9 +98,9 @@ type Artifacts struct {
 
 	// mu guards inUse.
 	mu sync.Mutex
-	// inUse holds the artifact ids a build or reuse is working on, so a
-	// delete (or an upload) of the same artifact waits its turn.
-	inUse map[string]bool
+	// inUse counts the holds on each artifact a build or reuse is working
+	// on, so a delete (or an upload) of the same artifact waits its turn.
+	inUse map[string]int
 	// orphansSeen holds, for each local copy the last reconcile pass found
 	// without a database row, when a pass first found it so; only the
 	// reconcile loop uses it.
@@ -107,7 +108,7 @@ type Artifacts struct {
 }
 
 // Errors of Delete and of an upload's publication. The daemon answers 409
-// to each, and 503 to ErrDatabaseUnavailable.
+// to each, 503 to ErrDatabaseUnavailable and 400 to ErrEmpty.
 var (
 	// ErrBuilding refuses a delete of an artifact being built or reused
 	// here, or by another replica (its build lock is held).
@@ -126,6 +127,8 @@ var (
 	// ErrObjectMissing reports an artifact with neither an intact object
 	// nor a local image to upload again: it must be rebuilt.
 	ErrObjectMissing = errors.New("artifact object missing and no local copy to upload")
+	// ErrEmpty refuses an upload of an empty image.
+	ErrEmpty = errors.New("empty image")
 )
 
 // New returns the artifacts of o.
@@ -137,7 +140,7 @@ func New(o Options) *Artifacts {
 		replicas: o.Replicas,
 		logger:   o.Logger,
 		metrics:  newMetrics(),
-		inUse:    map[string]bool{},
+		inUse:    map[string]int{},
 	}
 	if a.replicas == nil {
 		a.replicas = func() config.Replicas { return config.Replicas{} }
@@ -175,30 +178,43 @@ func (a *Artifacts) Objects() blobstore.Store {
 // can adopt each other's uploads.
 func (a *Artifacts) Signed() bool { return a.objects != nil && a.objects.recordKey != nil }
 
-// Hold marks artifact id in use by a build or reuse; Release ends it.
-// Deletes and uploads of the artifact are refused meanwhile, and a Hold
-// waits for one that runs (WhenIdle).
-func (a *Artifacts) Hold(id string) {
-	a.mu.Lock()
-	a.inUse[id] = true
-	a.mu.Unlock()
+// Holding is a build's or a reuse's hold on an artifact, from Hold to its
+// Release: deletes and uploads of the artifact are refused meanwhile.
+type Holding struct {
+	a    *Artifacts
+	id   string
+	once sync.Once
 }
 
-// Release ends a Hold.
-func (a *Artifacts) Release(id string) {
+// Hold marks artifact id in use by a build or reuse until the returned
+// Holding is released. It waits for a delete or an upload of the artifact
+// that is running; later ones are refused (ErrBuilding) until Release.
+func (a *Artifacts) Hold(id string) *Holding {
 	a.mu.Lock()
-	delete(a.inUse, id)
+	a.inUse[id]++
 	a.mu.Unlock()
+	return &Holding{a: a, id: id}
 }
 
-// WhenIdle runs fn unless artifact id is held; it reports whether fn ran.
-// No Hold of the artifact begins while fn runs.
-func (a *Artifacts) WhenIdle(id string, fn func()) bool {
+// Release ends the hold; a second call does nothing.
+func (h *Holding) Release() {
+	h.once.Do(func() {
+		h.a.mu.Lock()
+		defer h.a.mu.Unlock()
+		if h.a.inUse[h.id]--; h.a.inUse[h.id] <= 0 {
+			delete(h.a.inUse, h.id)
+		}
+	})
+}
+
+// whenIdle runs fn unless artifact id is held, and returns fn's error, or
+// ErrBuilding when it did not run. No Hold of the artifact begins while fn
+// runs.
+func (a *Artifacts) whenIdle(id string, fn func() error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.inUse[id] {
-		return false
+	if a.inUse[id] > 0 {
+		return ErrBuilding
 	}
-	fn()
-	return true
+	return fn()
 }

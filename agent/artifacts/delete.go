@@ -31,19 +31,15 @@ func (a *Artifacts) Delete(ctx context.Context, id string) error {
 // the local directory and the spool's record. An artifact in use is
 // refused with ErrBuilding: nothing is deleted.
 func (a *Artifacts) removeData(ctx context.Context, id, rowKey string) error {
-	var err error
-	if !a.WhenIdle(id, func() {
-		if err = a.unreported(ctx, id); err != nil {
-			return
+	return a.whenIdle(id, func() error {
+		if err := a.unreported(ctx, id); err != nil {
+			return err
 		}
-		if err = a.objects.remove(ctx, id, rowKey); err != nil {
-			return
+		if err := a.objects.remove(ctx, id, rowKey); err != nil {
+			return err
 		}
-		err = a.removeLocalCopy(ctx, id)
-	}) {
-		return ErrBuilding
-	}
-	return err
+		return a.removeLocalCopy(ctx, id)
+	})
 }
 
 // unreported returns ErrReported while a job of this replica names

@@ -269,7 +269,7 @@ func (p *publisher) remove(ctx context.Context, artifactID, otherKey string) err
 	}
 	// The object, then the record beside it: a failure between leaves a
 	// record without object, which is never adopted.
-	for _, del := range []string{key, RecordKey(key)} {
+	for _, del := range []string{key, recordObjectKey(key)} {
 		if err := p.store.Delete(ctx, del); err != nil {
 			p.metrics.failures.WithLabelValues(opDelete).Inc()
 			return fmt.Errorf("delete artifact object %s: %w", del, err)
@@ -282,8 +282,9 @@ func (p *publisher) remove(ctx context.Context, artifactID, otherKey string) err
 // the image configuration is capped at 8 MiB when pulled.
 const maxRecordBytes = 9 << 20
 
-// recordKey is the key of the record stored beside an artifact's object.
-func RecordKey(objectKey string) string {
+// recordObjectKey is the key of the record stored beside an artifact's
+// object.
+func recordObjectKey(objectKey string) string {
 	return strings.TrimSuffix(objectKey, ".ext4") + ".json"
 }
 
@@ -302,7 +303,7 @@ func (p *publisher) putRecord(ctx context.Context, built *api.Built, info blobst
 	data, err := sealRecord(p.recordKey, key, info.ETag, rec)
 	if err == nil {
 		sum := sha256.Sum256(data)
-		err = p.store.Put(ctx, RecordKey(key), bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
+		err = p.store.Put(ctx, recordObjectKey(key), bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
 	}
 	if err != nil {
 		p.metrics.failures.WithLabelValues(opRecord).Inc()
@@ -336,7 +337,7 @@ func (p *publisher) adopt(ctx context.Context, artifactID, fp string, log *slog.
 		}
 		return nil, false
 	}
-	data, err := p.store.Get(ctx, RecordKey(key), maxRecordBytes)
+	data, err := p.store.Get(ctx, recordObjectKey(key), maxRecordBytes)
 	if err != nil {
 		log.Warn("artifact object has no readable record; building it", "object_key", key, "err", err)
 		return nil, false

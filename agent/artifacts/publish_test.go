@@ -215,16 +215,16 @@ func TestRemoveOnlyOwnKey(t *testing.T) {
 	}
 	for _, rowKey := range []string{"rfs-cccccccccccccccccccccccc/rfs-cccccccccccccccccccccccc.ext4",
 		"elsewhere/" + id + ".ext4", blobstore.ArtifactKey(p.prefix, "rfs-dddddddddddddddddddddddd")} {
-		put(own, RecordKey(own), rowKey, RecordKey(rowKey))
+		put(own, recordObjectKey(own), rowKey, recordObjectKey(rowKey))
 		if err := p.remove(ctx, id, rowKey); err != nil {
 			t.Fatal(err)
 		}
-		for _, obj := range []string{own, RecordKey(own)} {
+		for _, obj := range []string{own, recordObjectKey(own)} {
 			if _, err := store.Stat(ctx, obj); !errors.Is(err, blobstore.ErrNotFound) {
 				t.Errorf("%s after remove: %v", obj, err)
 			}
 		}
-		for _, obj := range []string{rowKey, RecordKey(rowKey)} {
+		for _, obj := range []string{rowKey, recordObjectKey(rowKey)} {
 			if _, err := store.Stat(ctx, obj); err != nil {
 				t.Errorf("remove with a row naming %s deleted %s: %v", rowKey, obj, err)
 			}

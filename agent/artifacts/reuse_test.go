@@ -54,7 +54,7 @@ func TestReuseReadsStoredRecord(t *testing.T) {
 	}
 	a, fp := storedRecord(t, record)
 	logger := slog.New(slog.DiscardHandler)
-	got, ok := a.recorded(context.Background(), fp, logger)
+	_, got, ok := a.recorded(context.Background(), fp, logger)
 	if !ok {
 		t.Fatal("recorded = false, want the recorded artifact")
 	}
@@ -112,17 +112,17 @@ func TestTemplateCheckBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, fp := storedRecord(t, record)
-	got, ok := a.recorded(context.Background(), fp, slog.New(slog.DiscardHandler))
+	_, got, ok := a.recorded(context.Background(), fp, slog.New(slog.DiscardHandler))
 	if !ok {
 		t.Fatal("recorded = false, want the recorded artifact")
 	}
 	checkTemplateCheck(t, "recorded", got.TemplateCheck)
 
 	img := &rootfs.Image{Digest: "registry.test/app@sha256:" + strings.Repeat("a", 64)}
-	built, err := a.Record(context.Background(), img, nil, strings.Repeat("f", 64), &rootfs.Artifact{ID: "rfs-fffffffffffffffffffffff0",
+	_, built, err := a.record(context.Background(), img, nil, strings.Repeat("f", 64), &rootfs.Artifact{ID: "rfs-fffffffffffffffffffffff0",
 		Path: filepath.Join(t.TempDir(), "x.ext4"), StartCheck: c})
 	if err != nil {
-		t.Fatalf("Record: %v", err)
+		t.Fatalf("record: %v", err)
 	}
-	checkTemplateCheck(t, "Record", built.TemplateCheck)
+	checkTemplateCheck(t, "record", built.TemplateCheck)
 }

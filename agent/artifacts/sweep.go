@@ -106,7 +106,7 @@ func (a *Artifacts) Reconcile(ctx context.Context) {
 			continue
 		}
 		a.Sweep(ctx)
-		a.RemoveOrphans(ctx)
+		a.removeOrphans(ctx)
 	}
 }
 
@@ -174,7 +174,7 @@ const (
 // pass reads.
 const orphanPageSize = 200
 
-// RemoveOrphans removes this replica's local copies of artifacts that
+// removeOrphans removes this replica's local copies of artifacts that
 // CubeMaster's database has no row for. Such copies are left by deletes
 // another replica answered. A copy goes only when all of these hold:
 //   - its last BUILT report reached CubeMaster at least replicas.orphan_age
@@ -189,7 +189,7 @@ const orphanPageSize = 200
 // it. The blob store's object is not touched: deleting it is CubeMaster's
 // call, and another replica may have reported it in a BUILT CubeMaster has
 // not received yet. A database that cannot tell keeps everything.
-func (a *Artifacts) RemoveOrphans(ctx context.Context) {
+func (a *Artifacts) removeOrphans(ctx context.Context) {
 	now := time.Now()
 	settings := a.replicas()
 	seen := map[string]time.Time{}
@@ -242,17 +242,17 @@ func (a *Artifacts) RemoveOrphans(ctx context.Context) {
 	}
 }
 
-// removeOrphan removes one local copy RemoveOrphans found orphaned, unless
+// removeOrphan removes one local copy removeOrphans found orphaned, unless
 // a job needs it by now.
 func (a *Artifacts) removeOrphan(ctx context.Context, rec spool.Artifact) {
-	var rmErr error
-	ran := a.WhenIdle(rec.ID, func() {
-		if rmErr = a.unreported(ctx, rec.ID); rmErr == nil {
-			rmErr = a.removeLocalCopy(ctx, rec.ID)
+	rmErr := a.whenIdle(rec.ID, func() error {
+		if err := a.unreported(ctx, rec.ID); err != nil {
+			return err
 		}
+		return a.removeLocalCopy(ctx, rec.ID)
 	})
 	switch {
-	case !ran, errors.Is(rmErr, ErrReported):
+	case errors.Is(rmErr, ErrBuilding), errors.Is(rmErr, ErrReported):
 	case rmErr != nil:
 		a.logger.Warn("reconcile: remove orphaned local artifact", "artifact_id", rec.ID, "err", rmErr)
 	default:

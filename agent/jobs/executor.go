@@ -1,10 +1,10 @@
 // Package jobs runs the build jobs the spool holds: it claims them
 // oldest first on a bounded set of workers, runs one build per
-// fingerprint however many jobs want it (single flight), shares builds
-// with other replicas through the fingerprint's build lock in CubeMaster's
-// database, cancels and times jobs out, and turns each job's progress
-// into heartbeats and status reports. Which artifact can be reused, and
-// its publication, are the artifacts package's.
+// fingerprint however many jobs want it (single flight), cancels and
+// times jobs out, and turns each job's progress into heartbeats and status
+// reports. A flight asks the artifacts package once for its artifact
+// (artifacts.Obtain): which one can be reused, the build lock shared with
+// other replicas and the publication are decided there.
 package jobs
 
 import (
@@ -22,7 +22,6 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
-	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -58,13 +57,6 @@ type LiveProgress interface {
 	Finish(jobID string)
 }
 
-// Locker takes the build locks of CubeMaster's database.
-type Locker interface {
-	TryLock(ctx context.Context, name string, o masterdb.LockOptions) (*masterdb.Lock, bool, error)
-}
-
-var _ Locker = (*masterdb.DB)(nil)
-
 // waker is told that reports were queued.
 type waker interface {
 	Wake()
@@ -78,7 +70,8 @@ var (
 // Options are the executor's collaborators.
 type Options struct {
 	Jobs jobQueue
-	// Artifacts decides reuses and publishes what is built.
+	// Artifacts obtains each flight's artifact: reused, or built by
+	// Builder and published.
 	Artifacts *artifacts.Artifacts
 	Builder   Builder
 	// Reporter is woken when a report is queued.
@@ -86,11 +79,6 @@ type Options struct {
 	// Settings is read at each use, so a reload takes effect at once.
 	Settings func() config.Build
 	Logger   *slog.Logger
-	// Locks are CubeMaster's database's build locks, through which
-	// replicas share builds; nil when TC works alone.
-	Locks Locker
-	// Replicas is read at each use, as Settings.
-	Replicas func() config.Replicas
 	// Live receives jobs' pull progress for CubeMaster's Redis; nil for
 	// none.
 	Live LiveProgress
@@ -133,8 +121,6 @@ type Executor struct {
 	reporter  waker
 	settings  func() config.Build
 	logger    *slog.Logger
-	locks     Locker
-	replicas  func() config.Replicas
 	live      LiveProgress
 	tracer    trace.Tracer
 	metrics   metrics
@@ -167,13 +153,15 @@ type flight struct {
 	reused bool
 	err    error
 	phase  string
+	// hold keeps deletes and uploads of the artifact out until it lands.
+	hold *artifacts.Holding
 }
 
 // New returns an executor; Dispatch runs it.
 func New(o Options) *Executor {
 	e := &Executor{
 		jobs: o.Jobs, artifacts: o.Artifacts, builder: o.Builder, reporter: o.Reporter, settings: o.Settings,
-		logger: o.Logger, locks: o.Locks, replicas: o.Replicas, live: o.Live, tracer: o.Tracer,
+		logger: o.Logger, live: o.Live, tracer: o.Tracer,
 		metrics: newMetrics(), beat: o.Beat,
 		running: map[string]context.CancelCauseFunc{},
 		flights: map[string]*flight{},
@@ -189,7 +177,7 @@ func New(o Options) *Executor {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	e.metrics.register(reg, o.Locks != nil)
+	e.metrics.register(reg)
 	return e
 }
 
@@ -357,8 +345,8 @@ func (e *Executor) join(agentCtx context.Context, limit time.Duration, fp, artif
 	ctx, cancel := context.WithTimeoutCause(agentCtx, limit, buildTimeout{limit})
 	fl = &flight{done: make(chan struct{}), ctx: ctx, cancel: cancel, members: 1}
 	e.flights[fp] = fl
-	// Under e.mu: a delete running now (WhenIdle) finishes first.
-	e.artifacts.Hold(artifactID)
+	// Under e.mu: a delete running now finishes first.
+	fl.hold = e.artifacts.Hold(artifactID)
 	return fl, true, true
 }
 
@@ -374,11 +362,11 @@ func (e *Executor) leave(fl *flight) {
 }
 
 // land ends a flight and wakes the jobs waiting for it.
-func (e *Executor) land(fp, artifactID string, fl *flight, built *api.Built, reused bool, err error, phase string) {
+func (e *Executor) land(fp string, fl *flight, built *api.Built, reused bool, err error, phase string) {
 	fl.cancel()
 	e.mu.Lock()
 	delete(e.flights, fp)
-	e.artifacts.Release(artifactID)
+	fl.hold.Release()
 	e.mu.Unlock()
 	fl.built, fl.reused, fl.err, fl.phase = built, reused, err, phase
 	close(fl.done)

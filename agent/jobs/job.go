@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
@@ -135,7 +136,8 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 
 	for {
 		// Reuses run in the flight too, so that a delete of the artifact
-		// (withArtifactIdle) waits for them as it waits for builds.
+		// (refused while the flight holds it) waits for them as it waits for
+		// builds.
 		fl, leader, joined := r.e.join(r.agentCtx, r.limit, fp, artifactID)
 		switch {
 		case leader:
@@ -149,7 +151,7 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 					// Whichever step it stopped in (image, upload).
 					err = timeout
 				}
-				e.land(fp, artifactID, fl, built, reused, err, api.PhaseBuildingExt4)
+				e.land(fp, fl, built, reused, err, api.PhaseBuildingExt4)
 			}()
 		case joined:
 			r.log.Info("identical build in flight, waiting for it", "fingerprint", fp)
@@ -186,11 +188,31 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	}
 }
 
+// produce makes the artifact of a flight r leads: artifacts.Obtain reuses
+// one or builds it (buildArtifact); reused says it found one. It touches r
+// only in memory (progress, log) and through the phase reports, never its
+// job's state in the spool: r may have been cancelled while the build goes
+// on for other jobs.
+func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, bool, error) {
+	built, src, err := r.e.artifacts.Obtain(ctx, artifacts.Request{Fingerprint: fp, ArtifactID: artifactID,
+		Image: img, CA: ca, Log: r.log,
+		Build: func(ctx context.Context) (*rootfs.Artifact, error) {
+			r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressBuilding)
+			return r.buildArtifact(ctx, img, ca, fp, artifactID)
+		},
+		Publishing: r.publishing,
+		Progress: func(share float64) {
+			r.onProgress(rootfs.Progress{Percent: api.ProgressUploadStart + int(share*(api.ProgressUploadEnd-api.ProgressUploadStart))})
+		}})
+	if err != nil && ctx.Err() != nil {
+		return nil, false, errStopping
+	}
+	return built, src != artifacts.SourceBuilt, err
+}
+
 // buildArtifact runs the image build of a flight r leads, under the
-// flight's context, and records the local artifact. It touches r only in memory
-// (progress, log), never its job in the spool: r may have been cancelled
-// while the build goes on for other jobs.
-func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, error) {
+// flight's context, and publishes the image in the local store.
+func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*rootfs.Artifact, error) {
 	e := r.e
 	began := time.Now()
 	art, err := tracing.Run(ctx, tracing.SpanRootfs, func(ctx context.Context) (*rootfs.Artifact, error) {
@@ -211,37 +233,19 @@ func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootf
 	case art.StartCheck != nil:
 		e.metrics.startChecks.WithLabelValues(art.StartCheck.Result).Inc()
 	}
-	built, err := e.artifacts.Record(context.WithoutCancel(ctx), img, ca, fp, art)
-	if err != nil {
-		return nil, err
-	}
 	r.log.Info("artifact published", "path", art.Path, "size", art.Size, "sha256", art.SHA256, "took", time.Since(began).Round(time.Millisecond))
-	return built, nil
+	return art, nil
 }
 
-// publishObject puts the artifact in the blob store, when there is one,
-// and records its blob fields with it. The job's phase stays BUILDING_EXT4
-// meanwhile, with progress towards 99 and heartbeats as usual; a job
-// interrupted here finds its artifact published when it resumes and only
-// uploads.
-func (r *jobRun) publishObject(ctx context.Context, built *api.Built) (*api.Built, error) {
-	e := r.e
-	if e.artifacts.Objects() == nil {
-		return built, nil
-	}
+// publishing enters the upload to the blob store: the job's phase stays
+// BUILDING_EXT4 meanwhile, with progress towards 99 and heartbeats as
+// usual; a job interrupted here finds its artifact published when it
+// resumes and only uploads.
+func (r *jobRun) publishing(ctx context.Context) {
 	if r.phaseNow() != api.PhaseBuildingExt4 {
 		r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressUploadStart)
 	}
 	r.onProgress(rootfs.Progress{Percent: api.ProgressUploadStart})
-	pctx, endPublish := publishSpan(ctx)
-	out, err := e.artifacts.Publish(pctx, built, func(share float64) {
-		r.onProgress(rootfs.Progress{Percent: api.ProgressUploadStart + int(share*(api.ProgressUploadEnd-api.ProgressUploadStart))})
-	})
-	endPublish(out, err)
-	if err != nil && ctx.Err() != nil {
-		return nil, errStopping
-	}
-	return out, err
 }
 
 // setPhase records a phase change and reports it; the report is never

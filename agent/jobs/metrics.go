@@ -7,8 +7,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
 
-// metrics are the series of the executor: jobs and their phases, and,
-// with CubeMaster's database, the coordination with other replicas.
+// metrics are the series of the executor: jobs and their phases.
 type metrics struct {
 	running       prometheus.Gauge
 	phaseDuration *prometheus.HistogramVec
@@ -19,12 +18,6 @@ type metrics struct {
 	cancelled     prometheus.Counter
 	timedOut      prometheus.Counter
 	startChecks   *prometheus.CounterVec
-
-	lockWaits       prometheus.Counter
-	lockWaitSeconds prometheus.Histogram
-	lockLosses      prometheus.Counter
-	lockUnavailable prometheus.Counter
-	publishLockLost prometheus.Counter
 
 	jobTimings
 }
@@ -69,27 +62,6 @@ func newMetrics() metrics {
 			Subsystem: "build", Name: "start_checks_total",
 			Help: "Start checks of built images (build.start_check), by result (ok, warnings, no_command, failed); a failed one ends the job FAILED unless the check only warns.",
 		}, []string{"result"}),
-		lockWaits: prometheus.NewCounter(prometheus.CounterOpts{
-			Subsystem: "replica", Name: "lock_waits_total",
-			Help: "Builds that found their fingerprint's lock held by another replica and waited.",
-		}),
-		lockWaitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Subsystem: "replica", Name: "lock_wait_seconds",
-			Help:    "Time builds waited for another replica's build of the same fingerprint.",
-			Buckets: []float64{1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
-		}),
-		lockLosses: prometheus.NewCounter(prometheus.CounterOpts{
-			Subsystem: "replica", Name: "lock_losses_total",
-			Help: "Build locks found lost while held (connection dropped or killed).",
-		}),
-		lockUnavailable: prometheus.NewCounter(prometheus.CounterOpts{
-			Subsystem: "replica", Name: "lock_unavailable_total",
-			Help: "Builds that went on without the build lock because the database could not be reached.",
-		}),
-		publishLockLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Subsystem: "replica", Name: "publish_lock_lost_total",
-			Help: "Builds that found their build lock lost when about to publish the artifact, and waited for it.",
-		}),
 	}
 	for _, r := range []string{"built", "failed"} {
 		m.finished.WithLabelValues(r)
@@ -112,14 +84,10 @@ func newMetrics() metrics {
 	return m
 }
 
-// register registers the job series, and the replica series when builds
-// are shared with other replicas.
-func (m metrics) register(reg prometheus.Registerer, replicas bool) {
+// register registers the job series.
+func (m metrics) register(reg prometheus.Registerer) {
 	reg.MustRegister(m.running, m.phaseDuration, m.dedup, m.finished, m.failed, m.interrupted, m.cancelled, m.timedOut,
 		m.startChecks, m.queueWait, m.turnaround)
-	if replicas {
-		reg.MustRegister(m.lockWaits, m.lockWaitSeconds, m.lockLosses, m.lockUnavailable, m.publishLockLost)
-	}
 }
 
 // observeFinished counts a job that ended in state; a failed one by the

@@ -5,10 +5,10 @@ import (
 	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
+	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 )
@@ -34,7 +34,7 @@ func endBuild(ctx context.Context, span trace.Span, built *api.Built, err error)
 	}
 	if built != nil {
 		span.SetAttributes(attribute.String(tracing.AttrArtifactID, built.ArtifactID),
-			attribute.String(tracing.AttrStorageBackend, backendOf(built)))
+			attribute.String(tracing.AttrStorageBackend, artifacts.Backend(built)))
 	}
 	if errors.Is(err, errStopping) || errors.Is(err, context.Canceled) {
 		// Only a stop is left: the job goes back to the queue.
@@ -50,45 +50,6 @@ func markReused(ctx context.Context, reused bool) {
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Bool(tracing.AttrReused, reused))
 }
 
-// reuseSpan starts the span of one reuse decision (source: row, local,
-// object); the returned func ends it with the decision.
-func reuseSpan(ctx context.Context, source string) (context.Context, func(reused bool, err error)) {
-	ctx, span := tracing.Child(ctx, tracing.SpanReuse, attribute.String(tracing.AttrReuseSource, source))
-	return ctx, func(reused bool, err error) {
-		span.SetAttributes(attribute.Bool(tracing.AttrReused, reused))
-		tracing.End(span, err)
-	}
-}
-
-// lockWaitSpan starts the span of waiting for the replicas' build lock;
-// the returned func ends it, reused when another replica's artifact
-// became READY meanwhile.
-func lockWaitSpan(ctx context.Context) (context.Context, func(built *api.Built, err error)) {
-	ctx, span := tracing.Child(ctx, tracing.SpanBuildLockWait)
-	return ctx, func(built *api.Built, err error) {
-		span.SetAttributes(attribute.Bool(tracing.AttrReused, built != nil))
-		tracing.End(span, err)
-	}
-}
-
-// publishSpan starts the span of putting the artifact in the blob store;
-// the returned func ends it with the backend the artifact landed on. A
-// fallback to the local artifact is an error on this span (the build goes
-// on), with fallback=true.
-func publishSpan(ctx context.Context) (context.Context, func(out *api.Built, err error)) {
-	ctx, span := tracing.Child(ctx, tracing.SpanPublish)
-	return ctx, func(out *api.Built, err error) {
-		if out != nil {
-			fellBack := out.StorageBackend == ""
-			span.SetAttributes(attribute.String(tracing.AttrStorageBackend, backendOf(out)), attribute.Bool(tracing.AttrFallback, fellBack))
-			if fellBack && err == nil {
-				span.SetStatus(codes.Error, "blob store unavailable: the local artifact is reported")
-			}
-		}
-		tracing.End(span, err)
-	}
-}
-
 // callbackContext returns the trace context a terminal report carries:
 // a short callback span, child of the run's span, marking the report
 // queued; the reporter's attempt spans are its children.
@@ -96,12 +57,4 @@ func callbackContext(ctx context.Context, jobID string, state spool.State) traci
 	ctx, span := tracing.Child(ctx, tracing.SpanCallback, attribute.String(tracing.AttrJobID, jobID), attribute.String(tracing.AttrStatus, string(state)))
 	defer span.End()
 	return tracing.Store(ctx)
-}
-
-// backendOf names where an artifact is kept: its blob store, or local.
-func backendOf(b *api.Built) string {
-	if b.StorageBackend == "" {
-		return "local"
-	}
-	return b.StorageBackend
 }

@@ -34,7 +34,7 @@ var rules = []rule{
 	{"agent", []string{"agent/...", "spool", "rootfs"}},
 	{"agent/api", nil},
 	// The build jobs use the artifacts; the artifacts know no job.
-	{"agent/jobs", []string{"agent/api", "agent/artifacts", "agent/config", "agent/masterdb", "agent/tracing", "spool", "rootfs"}},
+	{"agent/jobs", []string{"agent/api", "agent/artifacts", "agent/config", "agent/tracing", "spool", "rootfs"}},
 	{"agent/artifacts", []string{"agent/api", "agent/blobstore", "agent/config", "agent/masterdb", "agent/tracing", "spool", "rootfs"}},
 	// Test helpers opening the test S3 server as a blob store.
 	{"agent/blobstore/blobstoretest", []string{"agent/blobstore", "test/..."}},
