@@ -72,37 +72,19 @@ func agentBinary(t testing.TB) string {
 	return binPath
 }
 
-// syncBuffer collects a child's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // child is a process run for the test's duration: stopped with SIGTERM
 // (killed if it does not exit) when the test ends, its output logged when
 // the test failed.
 type child struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *childproc.Output
 	done chan struct{}
 }
 
 func startChild(t testing.TB, name string, env []string, argv ...string) *child {
 	t.Helper()
-	c := &child{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	c := &child{name: name, out: &childproc.Output{}, done: make(chan struct{})}
 	c.cmd = exec.Command(argv[0], argv[1:]...)
 	c.cmd.Env = env
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
