@@ -253,7 +253,7 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	// The tree is complete and still in memory: check that its start
 	// command can run before the image is finished and published.
 	if mode := spec.StartCheck; mode != StartCheckOff {
-		res := checkTree(tree, img, spec.Envd != nil, spec.Start)
+		res := checkTree(tree, store, img, spec.Envd != nil, spec.Start)
 		if res.Failed() && mode != StartCheckWarn {
 			return nil, &StartCheckError{Result: res}
 		}

@@ -10,10 +10,16 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
-// countingFS counts the calls the check makes of the FS it wraps.
+// countingFS counts the calls the check makes of the FS it wraps, and
+// the bytes it asks of ReadAt.
 type countingFS struct {
 	FS
-	lstats, reads int
+	lstats, reads, readAtBytes int
+}
+
+func (c *countingFS) ReadAt(p string, b []byte, off int64) (int, error) {
+	c.readAtBytes += len(b)
+	return c.FS.ReadAt(p, b, off)
 }
 
 func (c *countingFS) Lstat(p string) (Entry, error) {

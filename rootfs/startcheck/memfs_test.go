@@ -49,6 +49,17 @@ func (m *memFS) ReadHead(p string, n int) ([]byte, error) {
 	return bytes.Clone(d[:min(n, len(d))]), nil
 }
 
+func (m *memFS) ReadAt(p string, b []byte, off int64) (int, error) {
+	e, ok := m.entries[p]
+	if !ok {
+		return 0, fmt.Errorf("read %q: %w", p, fs.ErrNotExist)
+	}
+	if !e.Mode.IsRegular() {
+		return 0, fmt.Errorf("read %q: not a regular file", p)
+	}
+	return bytes.NewReader(m.data[p]).ReadAt(b, off)
+}
+
 // mkdirs adds the parents of p.
 func (m *memFS) mkdirs(p string) {
 	for d := path.Dir(p); d != "/"; d = path.Dir(d) {

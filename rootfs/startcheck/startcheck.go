@@ -15,12 +15,18 @@ type FS interface {
 	Lstat(path string) (Entry, error)
 	// ReadHead returns up to n bytes from the start of the regular file at path.
 	ReadHead(path string, n int) ([]byte, error)
+	// ReadAt reads len(p) bytes at offset off of the regular file at
+	// path, as io.ReaderAt does: fewer only with an error, io.EOF at the
+	// end of the file. The check reads a shared object's dynamic section
+	// with it, which lies far into large files.
+	ReadAt(path string, p []byte, off int64) (int, error)
 }
 
 // Entry is one directory entry.
 type Entry struct {
-	Mode   fs.FileMode // type bits and permissions
-	Target string      // a symlink's target
+	Mode     fs.FileMode // type bits and permissions
+	Target   string      // a symlink's target
+	UID, GID uint32      // owner
 }
 
 // Spec is what starts in the sandbox.
