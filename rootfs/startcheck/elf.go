@@ -28,6 +28,16 @@ type elfInfo struct {
 	machine elf.Machine
 	typ     elf.Type
 	interp  string // PT_INTERP without its NUL; "" for a static binary
+	// ident is the header's e_ident, which glibc's loader compares whole
+	// for a library (version, OS ABI, padding).
+	ident [elf.EI_NIDENT]byte
+	// version is e_version, phentsize e_phentsize: the loader refuses a
+	// library whose values are not the current ones.
+	version   uint32
+	phentsize uint16
+	// progs are the program headers: the loader finds the dynamic section
+	// and maps addresses to file offsets through them.
+	progs []elf.ProgHeader
 }
 
 // errShort means the header bytes end before the headers they describe.
@@ -36,10 +46,39 @@ var errShort = errors.New("ELF headers extend beyond the bytes read")
 func isELF(head []byte) bool { return bytes.HasPrefix(head, []byte(elf.ELFMAG)) }
 
 // parseELF reads the ELF header, program headers and PT_INTERP from head,
-// the first bytes of a file. It uses debug/elf on a copy whose section
-// header fields are zeroed: section headers sit at the end of the file,
-// beyond head, and the check needs none of them.
+// the first bytes of a file.
 func parseELF(head []byte) (elfInfo, error) {
+	info, err := parseHeaders(head)
+	if err != nil {
+		return elfInfo{}, err
+	}
+	for _, p := range info.progs {
+		if p.Type != elf.PT_INTERP {
+			continue
+		}
+		if p.Filesz < 2 || p.Filesz > maxInterp {
+			return elfInfo{}, fmt.Errorf("PT_INTERP of %d bytes", p.Filesz)
+		}
+		if p.Off > uint64(len(head)) || p.Filesz > uint64(len(head))-p.Off {
+			return elfInfo{}, errShort
+		}
+		s := head[p.Off : p.Off+p.Filesz]
+		// The kernel requires the NUL at the end and stops at the first.
+		if s[len(s)-1] != 0 {
+			return elfInfo{}, errors.New("PT_INTERP not NUL-terminated")
+		}
+		info.interp, _, _ = strings.Cut(string(s), "\x00")
+		break
+	}
+	return info, nil
+}
+
+// parseHeaders reads the ELF header and program headers from head, the
+// first bytes of a file: all the loader reads of a library before it
+// maps it. It uses debug/elf on a copy whose section header fields are
+// zeroed: section headers sit at the end of the file, beyond head, and
+// the check needs none of them.
+func parseHeaders(head []byte) (elfInfo, error) {
 	if !isELF(head) || len(head) < elf.EI_NIDENT {
 		return elfInfo{}, errors.New("not an ELF file")
 	}
@@ -70,26 +109,26 @@ func parseELF(head []byte) (elfInfo, error) {
 		}
 		return elfInfo{}, err
 	}
-	info := elfInfo{class: f.Class, data: f.Data, machine: f.Machine, typ: f.Type}
+	info := elfInfo{class: f.Class, data: f.Data, machine: f.Machine, typ: f.Type,
+		version: uint32(f.Version), phentsize: phentsizeField(b), progs: make([]elf.ProgHeader, 0, len(f.Progs))}
+	copy(info.ident[:], b)
 	for _, p := range f.Progs {
-		if p.Type != elf.PT_INTERP {
-			continue
-		}
-		if p.Filesz < 2 || p.Filesz > maxInterp {
-			return elfInfo{}, fmt.Errorf("PT_INTERP of %d bytes", p.Filesz)
-		}
-		if p.Off > uint64(len(head)) || p.Filesz > uint64(len(head))-p.Off {
-			return elfInfo{}, errShort
-		}
-		s := head[p.Off : p.Off+p.Filesz]
-		// The kernel requires the NUL at the end and stops at the first.
-		if s[len(s)-1] != 0 {
-			return elfInfo{}, errors.New("PT_INTERP not NUL-terminated")
-		}
-		info.interp, _, _ = strings.Cut(string(s), "\x00")
-		break
+		info.progs = append(info.progs, p.ProgHeader)
 	}
 	return info, nil
+}
+
+// phentsizeField returns e_phentsize of an ELF header long enough to
+// hold it (parseELF checked).
+func phentsizeField(b []byte) uint16 {
+	off := 42
+	if elf.Class(b[elf.EI_CLASS]) == elf.ELFCLASS64 {
+		off = 54
+	}
+	if elf.Data(b[elf.EI_DATA]) == elf.ELFDATA2MSB {
+		return binary.BigEndian.Uint16(b[off:])
+	}
+	return binary.LittleEndian.Uint16(b[off:])
 }
 
 // phnumField returns e_phnum of an ELF header at least 64 bytes long.
