@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"io/fs"
 )
 
 // dynOpts describes a crafted dynamic ELF: a program or a shared object
@@ -206,3 +207,31 @@ func mkDynELF(o dynOpts) []byte {
 
 // ptr returns a pointer to s, for dynOpts' optional paths.
 func ptr(s string) *string { return &s }
+
+// glibcTree is a merged-/usr amd64 tree whose loader and libc are crafted
+// dynamic objects: libc.so.6 defines GLIBC_2.2.5 to GLIBC_2.36 and needs
+// the loader, as Debian's does. Programs are added with prog.
+func glibcTree() *memFS {
+	m := newFS()
+	m.link("/bin", "usr/bin").link("/lib", "usr/lib").link("/lib64", "usr/lib64").link("/sbin", "usr/sbin")
+	m.dir("/usr/sbin").dir("/usr/local/bin").dir("/usr/local/sbin").dir("/tmp")
+	m.file("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", 0o755, mkDynELF(dynOpts{soname: "ld-linux-x86-64.so.2",
+		defs: []string{"ld-linux-x86-64.so.2", "GLIBC_2.2.5", "GLIBC_2.3", "GLIBC_PRIVATE"}}))
+	m.link("/usr/lib64/ld-linux-x86-64.so.2", "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
+	m.file("/usr/lib/x86_64-linux-gnu/libc.so.6", 0o755, mkDynELF(dynOpts{soname: "libc.so.6", interp: amd64Loader,
+		needed: []string{"ld-linux-x86-64.so.2"}, needs: []dynNeed{{"ld-linux-x86-64.so.2", []string{"GLIBC_2.3", "GLIBC_PRIVATE"}}},
+		defs: []string{"libc.so.6", "GLIBC_2.2.5", "GLIBC_2.3", "GLIBC_2.34", "GLIBC_2.36", "GLIBC_PRIVATE"}}))
+	m.file("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\nweb:x:33:33::/var/www:/bin/sh\n"))
+	m.file("/etc/group", 0o644, []byte("root:x:0:\napp:x:1000:\nweb:x:33:\nshared:x:2000:app,web\n"))
+	return m
+}
+
+// prog adds a program at p with o's dynamic section, run by the amd64
+// loader.
+func (m *memFS) prog(p string, mode fs.FileMode, o dynOpts) *memFS {
+	o.interp = amd64Loader
+	if o.typ == 0 {
+		o.typ = elf.ET_DYN
+	}
+	return m.file(p, mode, mkDynELF(o))
+}

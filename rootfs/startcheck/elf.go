@@ -274,12 +274,13 @@ func endian(d elf.Data) string {
 }
 
 // checkLoader checks that the PT_INTERP loader of an ELF resolves in the
-// image to an executable ELF of the image's architecture.
+// image to an ELF of the image's architecture the check's user may
+// execute.
 func (c *checker) checkLoader(lbl string, info elfInfo) {
 	// The kernel opens a relative PT_INTERP from the process's working
 	// directory.
 	p := cleanAbs(c.wd, info.interp)
-	resolved, e, rerr := c.resolve(p)
+	t, rerr := c.lookup(p)
 	switch {
 	case rerr == nil:
 	case rerr.kind == errLimit:
@@ -291,12 +292,12 @@ func (c *checker) checkLoader(lbl string, info elfInfo) {
 		c.fail("%s: loader %s: %v", lbl, quote(info.interp), rerr)
 		return
 	}
-	llbl := fmt.Sprintf("%s: loader %s", lbl, label(p, resolved))
-	if !e.Mode.IsRegular() || e.Mode.Perm()&0o111 == 0 {
-		c.fail("%s is %s", llbl, describe(e))
+	llbl := fmt.Sprintf("%s: loader %s", lbl, label(p, t.resolved))
+	if why := c.notExecutable(t); why != "" {
+		c.fail("%s is %s", llbl, why)
 		return
 	}
-	head, err := c.fs.ReadHead(resolved, headSize)
+	head, err := c.fs.ReadHead(t.resolved, headSize)
 	if err != nil {
 		c.warn("%s: read header: %s", llbl, errText(err))
 		return
@@ -305,7 +306,7 @@ func (c *checker) checkLoader(lbl string, info elfInfo) {
 		c.fail("%s is not an ELF file", llbl)
 		return
 	}
-	linfo, err := c.elfHead(resolved, head)
+	linfo, err := c.elfHead(t.resolved, head)
 	if err != nil {
 		c.warn("%s: cannot parse ELF headers: %s", llbl, errText(err))
 		return

@@ -142,6 +142,12 @@ func (r Result) Failed() bool { return r.Result == ResultFailed }
 // returns a Bounded result.
 func Check(fsys FS, spec Spec) Result {
 	c := &checker{fs: fsys, spec: spec, wd: cleanAbs("/", spec.WorkingDir), path: pathOf(spec.Env)}
+	// The user comes first, as the runtime resolves it before it runs
+	// anything: the command's permissions are its. Its problems come
+	// after the command's.
+	c.acct = c.checkUser()
+	userCertain, userWarnings := c.certain, c.warnings
+	c.certain, c.warnings = nil, nil
 	var r Result
 	if len(spec.Argv) > 0 {
 		r.Command = safetext.Strings(spec.Argv, maxArgs, maxArgJSON)
@@ -151,7 +157,7 @@ func Check(fsys FS, spec Spec) Result {
 			c.checkCommand(&r)
 		}
 	}
-	c.checkUser()
+	c.certain, c.warnings = append(c.certain, userCertain...), append(c.warnings, userWarnings...)
 	c.checkEnvd()
 	if c.cut != "" {
 		c.warn("%s; what it would have looked at next was not checked", c.cut)
@@ -177,6 +183,7 @@ type checker struct {
 	spec     Spec
 	wd       string // absolute, clean
 	path     string // effective PATH
+	acct     account
 	certain  []string
 	warnings []string
 	// lookups and links count the FS.Lstat calls and the symlinks
@@ -187,6 +194,8 @@ type checker struct {
 	// cut says why the check stopped short, "" while it has not: a
 	// warning at the end.
 	cut string
+	// accountFiles holds /etc/passwd and /etc/group once read.
+	accountFiles map[string][]byte
 }
 
 func (c *checker) fail(format string, a ...any) {
@@ -233,13 +242,44 @@ func (c *checker) checkCommand(r *Result) {
 		c.fail("command is an empty string")
 		return
 	}
-	found, resolved, e, ok := c.lookPath(argv0, "command "+quote(argv0))
+	t, ok := c.lookPath(argv0, "command "+quote(argv0))
 	if !ok {
 		return
 	}
-	r.Command[0] = found
-	r.Resolved = resolved
-	r.Interpreter = c.checkTarget(label(found, resolved), resolved, e, 0)
+	r.Command[0] = t.path
+	r.Resolved = t.resolved
+	r.Interpreter = c.checkTarget(label(t.path, t.resolved), t, 0)
+}
+
+// target is a file the check found to run.
+type target struct {
+	path     string // as reached
+	resolved string // where symlinks led
+	e        Entry
+	// denied is the first directory on the way the check's user may not
+	// search, "" when there is none.
+	denied string
+}
+
+// lookup resolves p (absolute) to a target.
+func (c *checker) lookup(p string) (target, *resolveError) {
+	resolved, e, denied, err := c.walk(p)
+	return target{path: p, resolved: resolved, e: e, denied: denied}, err
+}
+
+// notExecutable says why the check's user cannot execute t, "" when it
+// can: not a regular file, no execute bit, none for the user (root needs
+// one of the three), or a directory on the way the user may not search.
+func (c *checker) notExecutable(t target) string {
+	switch {
+	case !t.e.Mode.IsRegular() || t.e.Mode.Perm()&0o111 == 0:
+		return describe(t.e)
+	case t.denied != "":
+		return fmt.Sprintf("in directory %s, not searchable by %s", quote(t.denied), c.acct)
+	case !c.acct.may(t.e, permExec):
+		return c.acct.deniedTo(t.e, permExec)
+	}
+	return ""
 }
 
 // label names a file in messages: the path as reached and, when symlinks
@@ -257,13 +297,12 @@ func label(p, resolved string) string {
 // It records a certain problem, described with what, when nothing is
 // found; an uncertain one when the PATH has more than maxPathEntries
 // entries, since the runtime goes on where the check stops.
-func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, ok bool) {
+func (c *checker) lookPath(name, what string) (target, bool) {
 	if strings.Contains(name, "/") {
-		p := cleanAbs(c.wd, name)
-		resolved, e, err := c.resolve(p)
+		t, err := c.lookup(cleanAbs(c.wd, name))
 		switch {
 		case err == nil:
-			return p, resolved, e, true
+			return t, true
 		case err.kind == errLimit:
 			// Check ends with the warning that says so.
 		case path.IsAbs(name):
@@ -271,12 +310,12 @@ func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, 
 		default:
 			c.fail("%s in working directory %s: %v", what, quote(c.wd), err)
 		}
-		return "", "", Entry{}, false
+		return target{}, false
 	}
 	if len(name) > nameMax {
 		// Every candidate fails alike: no need to try them.
 		c.fail("%s: name of %d bytes, longer than the %d a file name can have", what, len(name), nameMax)
-		return "", "", Entry{}, false
+		return target{}, false
 	}
 	var notes []string
 	var skipped string // a candidate that exists but cannot be executed
@@ -287,29 +326,30 @@ func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, 
 	for i, dir := range dirs {
 		// An empty PATH element is the working directory, as in execvp.
 		p := cleanAbs(c.wd, path.Join(cleanAbs(c.wd, dir), name))
-		resolved, e, err := c.resolve(p)
+		t, err := c.lookup(p)
 		if err != nil {
 			if err.kind == errLimit {
 				if c.cut == "" {
 					c.warn("%s not found in the first %d of the %d entries of %s: the search stopped at %v", what, i, total, pathText, err)
 				}
-				return "", "", Entry{}, false
+				return target{}, false
 			}
 			if err.kind != errNotExist || err.link != "" {
 				notes = append(notes, err.Error())
 			}
 			continue
 		}
-		if !e.Mode.IsRegular() || e.Mode.Perm()&0o111 == 0 {
+		// execvp goes on past a file it may not execute (EACCES).
+		if why := c.notExecutable(t); why != "" {
 			if skipped == "" {
-				skipped = fmt.Sprintf("%s is %s", label(p, resolved), describe(e))
+				skipped = fmt.Sprintf("%s is %s", label(p, t.resolved), why)
 			}
 			continue
 		}
 		for _, n := range notes {
 			c.warn("%s: skipped on PATH: %s", what, n)
 		}
-		return p, resolved, e, true
+		return t, true
 	}
 	msg := fmt.Sprintf("%s not found on %s", what, pathText)
 	if skipped != "" {
@@ -320,10 +360,10 @@ func (c *checker) lookPath(name, what string) (found, resolved string, e Entry, 
 	}
 	if total > len(dirs) {
 		c.warn("%s; only the first %d of its %d entries were looked at", msg, len(dirs), total)
-		return "", "", Entry{}, false
+		return target{}, false
 	}
 	c.fail("%s", msg)
-	return "", "", Entry{}, false
+	return target{}, false
 }
 
 // pathDirs returns the first maxPathEntries entries of the effective PATH
@@ -353,29 +393,33 @@ func describe(e Entry) string {
 	return "an executable file"
 }
 
-// checkTarget checks that the file at resolved (named lbl in messages)
-// can be executed: a regular file with an execute bit, an ELF of the
-// image's architecture with its loader, or a script whose interpreter can
-// run. Scripts are followed one level (depth 0 only). It returns the
-// loader or the interpreter.
-func (c *checker) checkTarget(lbl, resolved string, e Entry, depth int) string {
-	if !e.Mode.IsRegular() || e.Mode.Perm()&0o111 == 0 {
-		c.fail("%s is %s", lbl, describe(e))
+// checkTarget checks that the file t (named lbl in messages) can be
+// executed by the check's user: a regular file it may execute, an ELF of
+// the image's architecture with its loader and libraries, or a script
+// its interpreter can read and run. Scripts are followed one level
+// (depth 0 only). It returns the loader or the interpreter.
+func (c *checker) checkTarget(lbl string, t target, depth int) string {
+	if why := c.notExecutable(t); why != "" {
+		c.fail("%s is %s", lbl, why)
 		return ""
 	}
-	head, err := c.fs.ReadHead(resolved, headSize)
+	head, err := c.fs.ReadHead(t.resolved, headSize)
 	if err != nil {
 		c.warn("%s: read header: %v", lbl, err)
 		return ""
 	}
 	switch {
 	case isELF(head):
-		return c.checkELF(lbl, resolved, head)
+		return c.checkELF(lbl, t.resolved, head)
 	case len(head) >= 2 && head[0] == '#' && head[1] == '!':
 		if depth > 0 {
 			// The kernel follows nested interpreters (a few levels);
 			// checking one level is what the check promises.
 			return ""
+		}
+		// The interpreter opens the script as the user.
+		if !c.acct.may(t.e, permRead) {
+			c.fail("%s is %s: its interpreter cannot read it", lbl, c.acct.deniedTo(t.e, permRead))
 		}
 		return c.checkScript(lbl, head)
 	default:
