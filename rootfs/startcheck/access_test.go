@@ -8,7 +8,8 @@ import (
 
 // TestPermissions checks the start command as users other than root:
 // execute bits by owner, group (primary and supplementary) and others,
-// directories it must search, and scripts its interpreter must read.
+// directories it must search, scripts its interpreter must read, and
+// libraries the loader must read.
 func TestPermissions(t *testing.T) {
 	setup := func(m *memFS) {
 		own := func(p string, uid, gid uint32) {
@@ -29,6 +30,11 @@ func TestPermissions(t *testing.T) {
 		m.entries["/private"] = Entry{Mode: fs.ModeDir | 0o700}
 		m.file("/srv/script", 0o711, []byte("#!/bin/sh\necho\n"))
 		m.prog("/usr/bin/dash", 0o755, dynOpts{needed: []string{"libc.so.6"}}).link("/usr/bin/sh", "dash")
+		m.prog("/srv/secret", 0o755, dynOpts{needed: []string{"libsecret.so"}})
+		m.lib("/usr/lib/x86_64-linux-gnu/libsecret.so", dynOpts{})
+		e := m.entries["/usr/lib/x86_64-linux-gnu/libsecret.so"]
+		e.Mode = 0o600
+		m.entries["/usr/lib/x86_64-linux-gnu/libsecret.so"] = e
 	}
 	tests := []struct {
 		cmd, user string
@@ -49,6 +55,8 @@ func TestPermissions(t *testing.T) {
 		{"/private/app", "app", want{result: ResultFailed, first: []string{`"/private/app" is in directory "/private", not searchable by uid 1000`}}},
 		{"/srv/script", "app", want{result: ResultFailed, first: []string{`"/srv/script" is not readable by uid 1000`, "its interpreter cannot read it"}}},
 		{"/srv/script", "root", want{result: ResultOK}},
+		{"/srv/secret", "root", want{result: ResultOK}},
+		{"/srv/secret", "app", want{result: ResultFailed, first: []string{`library "libsecret.so" needed by "/srv/secret" not found`, `passed over: "/lib/x86_64-linux-gnu/libsecret.so" not readable by uid 1000`}}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.TrimPrefix(tt.cmd, "/")+"As"+tt.user, func(t *testing.T) {

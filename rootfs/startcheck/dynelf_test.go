@@ -235,3 +235,6 @@ func (m *memFS) prog(p string, mode fs.FileMode, o dynOpts) *memFS {
 	}
 	return m.file(p, mode, mkDynELF(o))
 }
+
+// lib adds a shared library at p.
+func (m *memFS) lib(p string, o dynOpts) *memFS { return m.file(p, 0o644, mkDynELF(o)) }

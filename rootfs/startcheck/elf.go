@@ -209,8 +209,9 @@ func (c *checker) elfHead(p string, head []byte) (elfInfo, error) {
 	return info, err
 }
 
-// checkELF checks an ELF's identification against the image platform and
-// its loader, and returns the loader path.
+// checkELF checks an ELF's identification against the image platform,
+// its loader and the libraries the loader would load, and returns the
+// loader path.
 func (c *checker) checkELF(lbl, p string, head []byte) string {
 	info, err := c.elfHead(p, head)
 	if err != nil {
@@ -231,7 +232,9 @@ func (c *checker) checkELF(lbl, p string, head []byte) string {
 	if info.interp == "" {
 		return ""
 	}
-	c.checkLoader(lbl, info)
+	if loader, linfo, ok := c.checkLoader(lbl, info); ok {
+		c.checkLibraries(lbl, p, info, info.interp, loader, linfo)
+	}
 	return info.interp
 }
 
@@ -275,8 +278,9 @@ func endian(d elf.Data) string {
 
 // checkLoader checks that the PT_INTERP loader of an ELF resolves in the
 // image to an ELF of the image's architecture the check's user may
-// execute.
-func (c *checker) checkLoader(lbl string, info elfInfo) {
+// execute. It returns the loader's file and header, ok when the loader
+// can run the program.
+func (c *checker) checkLoader(lbl string, info elfInfo) (string, elfInfo, bool) {
 	// The kernel opens a relative PT_INTERP from the process's working
 	// directory.
 	p := cleanAbs(c.wd, info.interp)
@@ -284,32 +288,42 @@ func (c *checker) checkLoader(lbl string, info elfInfo) {
 	switch {
 	case rerr == nil:
 	case rerr.kind == errLimit:
-		return
+		return "", elfInfo{}, false
 	case rerr.kind == errNotExist:
 		c.fail("%s: loader %s not found%s", lbl, quote(info.interp), rerr.notFound())
-		return
+		return "", elfInfo{}, false
 	default:
 		c.fail("%s: loader %s: %v", lbl, quote(info.interp), rerr)
-		return
+		return "", elfInfo{}, false
 	}
 	llbl := fmt.Sprintf("%s: loader %s", lbl, label(p, t.resolved))
 	if why := c.notExecutable(t); why != "" {
 		c.fail("%s is %s", llbl, why)
-		return
+		return "", elfInfo{}, false
 	}
 	head, err := c.fs.ReadHead(t.resolved, headSize)
 	if err != nil {
 		c.warn("%s: read header: %s", llbl, errText(err))
-		return
+		return "", elfInfo{}, false
 	}
 	if !isELF(head) {
 		c.fail("%s is not an ELF file", llbl)
-		return
+		return "", elfInfo{}, false
 	}
 	linfo, err := c.elfHead(t.resolved, head)
 	if err != nil {
 		c.warn("%s: cannot parse ELF headers: %s", llbl, errText(err))
-		return
+		return "", elfInfo{}, false
 	}
-	c.machineOK(llbl, linfo)
+	if !c.machineOK(llbl, linfo) {
+		return "", elfInfo{}, false
+	}
+	// The loader loads objects of the program's kind: a 32-bit program
+	// needs a 32-bit loader even where the platform is 64-bit.
+	if identOf(linfo) != identOf(info) {
+		c.fail("%s is an ELF for %s (%s, %s), the program for %s (%s, %s)", llbl,
+			machineName(linfo.machine), classBits(linfo.class), endian(linfo.data), machineName(info.machine), classBits(info.class), endian(info.data))
+		return "", elfInfo{}, false
+	}
+	return t.resolved, linfo, true
 }

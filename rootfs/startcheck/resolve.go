@@ -101,9 +101,14 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 
 // walk is resolve that also returns the first directory on the way that
 // the check's user may not search ("" when it may search them all): the
-// kernel fails the path with EACCES there, once the walk is over.
+// kernel fails the path with EACCES there, once the walk is over. It
+// takes ".." in p as the kernel does, from the directory reached (a path
+// a loader builds, "$ORIGIN/../lib", is not clean).
 func (c *checker) walk(p string) (resolved string, last Entry, denied string, rerr *resolveError) {
-	start := path.Clean("/" + p)
+	start := p
+	if !path.IsAbs(start) {
+		start = "/" + start
+	}
 	if len(start) >= pathMax {
 		return "", Entry{}, "", &resolveError{kind: errTooLong, start: start,
 			detail: fmt.Sprintf("path of %d bytes, longer than the %d the kernel accepts", len(start), pathMax-1)}
@@ -196,7 +201,8 @@ func (c *checker) walk(p string) (resolved string, last Entry, denied string, re
 // the check's bounds; past them it returns an errLimit for the resolution
 // of start, as it does for every later one. A PATH search (searching)
 // stops at half the bounds, so that the command found, its interpreter,
-// the user and the envd are checked whatever the PATH.
+// the user and the envd are checked whatever the PATH; loading libraries
+// (inLibraries) at three quarters, so that the envd is.
 func (c *checker) spend(start string, link bool) *resolveError {
 	if link {
 		c.links++
@@ -213,6 +219,10 @@ func (c *checker) spend(start string, link bool) *resolveError {
 		return &resolveError{kind: errLimit, start: start, detail: fmt.Sprintf("more than %d lookups in one PATH search", maxLookups/2)}
 	case c.searching && c.links > maxLinkSteps/2:
 		return &resolveError{kind: errLimit, start: start, detail: fmt.Sprintf("more than %d symlinks followed in one PATH search", maxLinkSteps/2)}
+	case c.inLibraries && c.lookups > maxLookups*3/4:
+		detail = fmt.Sprintf("more than %d lookups for libraries in one check", maxLookups*3/4)
+	case c.inLibraries && c.links > maxLinkSteps*3/4:
+		detail = fmt.Sprintf("more than %d symlinks followed for libraries in one check", maxLinkSteps*3/4)
 	default:
 		return nil
 	}

@@ -1,9 +1,12 @@
 package startcheck
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
@@ -56,6 +59,12 @@ type Result struct {
 	Resolved    string   `json:"resolved,omitempty"`
 	Interpreter string   `json:"interpreter,omitempty"`
 	Problems    []string `json:"problems,omitempty"`
+	// Libraries maps each shared library the command, its interpreter
+	// and the envd load (by the name they need it as) to the path the
+	// loader opens; LibrariesOmitted counts those left out to keep the
+	// result within its bounds.
+	Libraries        map[string]string `json:"libraries,omitempty"`
+	LibrariesOmitted int               `json:"libraries_omitted,omitempty"`
 }
 
 // The values of Result.Result.
@@ -86,10 +95,18 @@ const (
 	// maxProblemJSON bounds one problem; the first is also the failed
 	// build's error_message.
 	maxProblemJSON = 1280
-	// resultJSONMax is the most a Bounded Result marshals to: the keys,
-	// braces and brackets (under 128 bytes), and each item with its
-	// quotes and comma.
+	// resultJSONMax is the most a Bounded Result marshals to without its
+	// libraries: the keys, braces and brackets (under 128 bytes), and
+	// each item with its quotes and comma. The libraries get the room
+	// left: at least TemplateCheckMax-resultJSONMax, 800 bytes, and
+	// mostly far more (see boundLibraries).
 	resultJSONMax = 128 + maxResultJSON + maxArgs*(maxArgJSON+3) + 2*maxPathJSON + safetext.ListMax*(maxProblemJSON+3)
+	// maxLibrariesShown is how many libraries a Result names at most.
+	maxLibrariesShown = 64
+	// maxLibraryNameJSON bounds a library's name (a key of Libraries),
+	// maxLibraryPathJSON its path.
+	maxLibraryNameJSON = 128
+	maxLibraryPathJSON = 256
 )
 
 // The bounds must fit in a template_check: an array of negative length
@@ -109,7 +126,55 @@ func (r Result) Bounded() Result {
 	if len(r.Problems) > 0 {
 		r.Problems = safetext.Strings(r.Problems, safetext.ListMax, maxProblemJSON)
 	}
+	r.Libraries, r.LibrariesOmitted = boundLibraries(r)
 	return r
+}
+
+// boundLibraries returns r's libraries within their bounds: at most
+// maxLibrariesShown (by name), each name and path cut, and only as many
+// as fit in the room the other fields leave under TemplateCheckMax; the
+// second value counts the libraries left out, those r left out already
+// included.
+func boundLibraries(r Result) (map[string]string, int) {
+	omitted := max(r.LibrariesOmitted, 0)
+	if len(r.Libraries) == 0 {
+		return nil, omitted
+	}
+	names := slices.Sorted(maps.Keys(r.Libraries))
+	rest := r
+	rest.Libraries, rest.LibrariesOmitted = nil, 0
+	base, err := json.Marshal(rest)
+	if err != nil {
+		return nil, omitted + len(names)
+	}
+	// The field names, the braces and a count of up to 20 digits.
+	room := safetext.TemplateCheckMax - len(base) - len(`,"libraries":{},"libraries_omitted":`) - 20
+	out := make(map[string]string, min(len(names), maxLibrariesShown))
+	for _, name := range names {
+		key, val := safetext.ClipJSON(name, maxLibraryNameJSON), safetext.ClipJSON(r.Libraries[name], maxLibraryPathJSON)
+		if _, dup := out[key]; dup || len(out) == maxLibrariesShown {
+			omitted++
+			continue
+		}
+		// A key and a value as JSON writes them, a colon and a comma.
+		size := jsonSize(key) + jsonSize(val) + 2
+		if size > room {
+			omitted++
+			continue
+		}
+		room -= size
+		out[key] = val
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, omitted
+}
+
+// jsonSize is the length of s encoded as a JSON string.
+func jsonSize(s string) int {
+	b, _ := json.Marshal(s)
+	return len(b)
 }
 
 // Bounds on one check's work. An image config can name a PATH of
@@ -137,11 +202,13 @@ const (
 func (r Result) Failed() bool { return r.Result == ResultFailed }
 
 // Check runs the check. It never hangs (symlink loops bounded at 40),
-// reads only headers (a few KiB per file), does a bounded amount of work
-// whatever the spec (maxPathEntries, maxLookups, maxLinkSteps) and
-// returns a Bounded result.
+// reads headers (a few KiB per file) and the pages of shared objects the
+// loader reads (within maxFileRead per file and maxCheckRead in all),
+// does a bounded amount of work whatever the spec (maxPathEntries,
+// maxLookups, maxLinkSteps, maxLibraries) and returns a Bounded result.
 func Check(fsys FS, spec Spec) Result {
-	c := &checker{fs: fsys, spec: spec, wd: cleanAbs("/", spec.WorkingDir), path: pathOf(spec.Env)}
+	c := &checker{fs: fsys, spec: spec, wd: cleanAbs("/", spec.WorkingDir), path: pathOf(spec.Env),
+		budget: readBudget{left: maxCheckRead}}
 	// The user comes first, as the runtime resolves it before it runs
 	// anything: the command's permissions are its. Its problems come
 	// after the command's.
@@ -163,6 +230,7 @@ func Check(fsys FS, spec Spec) Result {
 		c.warn("%s; what it would have looked at next was not checked", c.cut)
 	}
 	r.Problems = append(c.certain, c.warnings...)
+	r.Libraries, r.LibrariesOmitted = c.libraries()
 	switch {
 	case len(c.certain) > 0:
 		r.Result = ResultFailed
@@ -189,13 +257,34 @@ type checker struct {
 	// lookups and links count the FS.Lstat calls and the symlinks
 	// followed so far, against maxLookups and maxLinkSteps.
 	lookups, links int
-	// searching is set during a PATH search, which gets half the bounds.
-	searching bool
+	// searching is set during a PATH search, which gets half the bounds;
+	// inLibraries while libraries load, which get three quarters, so that
+	// the envd is checked whatever they need. libStop ends the loading
+	// of libraries once a bound is reached.
+	searching, inLibraries, libStop bool
 	// cut says why the check stopped short, "" while it has not: a
 	// warning at the end.
 	cut string
 	// accountFiles holds /etc/passwd and /etc/group once read.
 	accountFiles map[string][]byte
+	// budget is what fileReaders may still read.
+	budget readBudget
+	// loaded counts the shared objects the check loaded, against
+	// maxLibraries; libs are the libraries for Result.Libraries, in
+	// load order.
+	loaded   int
+	libs     []library
+	libNames map[string]bool
+	// ldEntries are the entries of /etc/ld.so.cache once read (ldRead),
+	// ldUncertain why the check could not read it; ldCaches the cache as
+	// the loader of each ELF identity reads it.
+	ldRead      bool
+	ldEntries   []ldCacheEntry
+	ldUncertain string
+	ldCaches    map[elfIdent]*cacheState
+	// musl holds the system search paths of musl's loaders, by path
+	// file.
+	musl map[string]*muslPath
 }
 
 func (c *checker) fail(format string, a ...any) {
