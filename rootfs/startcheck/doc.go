@@ -29,5 +29,6 @@
 //
 // Problems are certain (the runtime would fail the same way: Result
 // "failed") or uncertain (warnings, prefixed "warning: "); certain ones
-// come first in Problems.
+// come first in Problems. What the loader would do is checked against the
+// loader itself, run in real trees (oracle_test.go).
 package startcheck
