@@ -16,9 +16,12 @@ BIN     := bin/templatecenter
 # redis-server (CubeMaster's database and Redis, for test/dbserver),
 # libisal2 (ISA-L inflate, which make test expects to load),
 # libisal-dev (its header, for the build), runc (the OCI runtime
-# test/image runs the container image with) and prometheus (prometheus and
+# test/image runs the container image with), prometheus (prometheus and
 # promtool: test/alerts checks and unit-tests the alert rules and runs a
-# real server against the agent; test/helmchart checks the rendered rules).
+# real server against the agent; test/helmchart checks the rendered rules),
+# and gcc, musl, musl-tools and busybox-static (the start check's loader
+# oracle builds programs and libraries, and an Alpine-like tree, to run the
+# real loaders on).
 #
 # test/dbserver and test/alerts start their own servers (loopback, free
 # ports, temp dirs) and never use the services these packages install.
@@ -27,8 +30,8 @@ BIN     := bin/templatecenter
 # ports: harmless to the tests, and `systemctl disable --now mariadb
 # postgresql redis-server prometheus` stops them. In a container without
 # systemd (CI, Docker's policy-rc.d) they are never started.
-TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server libisal2 libisal-dev runc prometheus
-TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo mariadbd mariadb-install-db initdb postgres redis-server runc prometheus promtool
+TEST_PACKAGES := e2fsprogs systemd systemd-container docker-registry apache2-utils umoci attr debootstrap debian-archive-keyring gpgv lintian rpm shellcheck binutils skopeo time mariadb-server postgresql redis-server libisal2 libisal-dev runc prometheus gcc musl musl-tools busybox-static
+TEST_TOOLS    := e2fsck debugfs systemd-socket-activate systemd-nspawn docker-registry htpasswd umoci getfattr debootstrap lintian rpm shellcheck objdump skopeo mariadbd mariadb-install-db initdb postgres redis-server runc prometheus promtool gcc musl-gcc busybox
 # Where Debian keeps PostgreSQL's server programs (initdb, postgres): not on
 # PATH; test/dbserver.PostgresBinDir says the same.
 PG_BINDIR     := /usr/lib/postgresql/15/bin

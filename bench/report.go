@@ -128,6 +128,9 @@ type Report struct {
 	// ReuseLoad holds the reuses submitted as a cold build's BUILT
 	// arrived.
 	ReuseLoad []ReuseLoadSample `json:"reuse_load,omitempty"`
+	// StartChecks holds the start check of in-process builds of each
+	// image.
+	StartChecks []StartCheckRun `json:"start_checks,omitempty"`
 }
 
 // ConcurrencyRun is one run of distinct images built alone, one after
@@ -461,12 +464,13 @@ func Targets(rows []Row) []Target {
 }
 
 // Targets checks the whole report: the rows' targets, then those of the
-// runs themselves (warm-now against cold per run), the scale curve, the
-// concurrent builds and the many-files image.
+// runs themselves (warm-now against cold per run), the start check, the
+// scale curve, the concurrent builds and the many-files image.
 func (r *Report) Targets() []Target {
 	rows := r.Rows()
 	out := Targets(rows)
 	out = append(out, linkTargets(r.LinkRows(rows))...)
+	out = append(out, r.startCheckTargets()...)
 	// warm-now never slower than the cold build of the same run.
 	type key struct {
 		img string
@@ -671,6 +675,7 @@ func (r *Report) Write(w io.Writer) error {
 	r.writeConcurrency(bw)
 	r.writeManyFiles(bw)
 	r.writeReuseLoad(bw)
+	r.writeStartChecks(bw)
 	r.writeFirstBuild(bw)
 	r.writeSteps(bw)
 	fmt.Fprintln(bw)

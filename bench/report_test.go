@@ -219,3 +219,27 @@ func TestFirstBuildSumsColdAndRecode(t *testing.T) {
 		}
 	}
 }
+
+// TestStartCheckReport prints the start check's row per image and checks
+// the Debian image's against its target by the slowest run.
+func TestStartCheckReport(t *testing.T) {
+	r := &Report{StartChecks: []StartCheckRun{
+		{Image: "debian", Run: 0, Time: 3 * time.Millisecond, Result: "warnings", Libraries: 2},
+		{Image: "debian", Run: 1, Time: 5 * time.Millisecond, Result: "warnings", Libraries: 2},
+		{Image: "debian", Run: 2, Time: 4 * time.Millisecond, Result: "warnings", Libraries: 2},
+		{Image: "small", Run: 0, Time: 30 * time.Millisecond, Result: "warnings"},
+	}}
+	var b strings.Builder
+	r.writeStartChecks(&b)
+	if !strings.Contains(b.String(), "| debian | 4.00 | 5.00 | warnings | 2 |") || !strings.Contains(b.String(), "| small | 30.00 | 30.00 |") {
+		t.Errorf("start check table:\n%s", b.String())
+	}
+	tg := r.startCheckTargets()
+	if len(tg) != 1 || !tg[0].Pass || !strings.Contains(tg[0].Got, "max 5.00 ms") {
+		t.Errorf("start check targets = %+v, want the Debian image's, passing", tg)
+	}
+	r.StartChecks[1].Time = 25 * time.Millisecond
+	if tg := r.startCheckTargets(); tg[0].Pass {
+		t.Errorf("a 25 ms run passes the %v target: %+v", targetStartCheck, tg)
+	}
+}

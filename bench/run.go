@@ -219,6 +219,9 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if err := h.reuseLoad(ctx); err != nil {
 		return nil, err
 	}
+	if err := h.startChecks(ctx); err != nil {
+		return nil, err
+	}
 	if err := h.extras(ctx); err != nil {
 		return nil, err
 	}

@@ -146,12 +146,17 @@ func TestSmoke(t *testing.T) {
 	if m := report.ManyFiles; len(m) != 1 || m[0].Entries < 3000 || m[0].PeakRSS <= m[0].IdleRSS || m[0].IdleRSS <= 0 {
 		t.Errorf("many files: %+v", m)
 	}
+	// The start check of an in-process build of the image, timed by its
+	// span (the tiny image has no shell: the check warns).
+	if c := report.StartChecks; len(c) != 1 || c[0].Image != ImageTiny || c[0].Time <= 0 || c[0].Result == "" {
+		t.Errorf("start checks: %+v, want one timed check of the tiny image", c)
+	}
 	// The link-model build pulled the image's layers through the proxy.
 	if l := report.Links; len(l) != 1 || l[0].BitsPerSecond != 1_000_000_000 || l[0].Through < l[0].Compressed || l[0].Compressed <= 0 ||
 		l[0].Connections < 1 || l[0].Wall <= 0 || l[0].PeakRSS <= 0 || l[0].SHA256 == "" {
 		t.Errorf("link runs: %+v, want one cold build through the link of at least the image's compressed bytes", l)
 	}
-	for _, section := range []string{"ratios", "floor:", "link model:", "tc-cold over 1000 Mbit/s tiny", "scale curve", "concurrency:", "many files", "RSS per entry", "tc-warm-now <= tc-cold tiny"} {
+	for _, section := range []string{"ratios", "floor:", "link model:", "tc-cold over 1000 Mbit/s tiny", "scale curve", "concurrency:", "many files", "RSS per entry", "tc-warm-now <= tc-cold tiny", "start check in a build"} {
 		if !strings.Contains(out.String(), section) {
 			t.Errorf("report lacks %q", section)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
@@ -253,10 +254,16 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	// The tree is complete and still in memory: check that its start
 	// command can run before the image is finished and published.
 	if mode := spec.StartCheck; mode != StartCheckOff {
-		res := checkTree(tree, img, spec.Envd != nil, spec.Start)
+		cctx, endCheck := startSpan(ctx, SpanStartCheck)
+		res := checkTree(tree, store, img, spec.Envd != nil, spec.Start)
+		trace.SpanFromContext(cctx).SetAttributes(attribute.String("start_check.result", res.Result),
+			attribute.Int("start_check.libraries", len(res.Libraries)+res.LibrariesOmitted))
 		if res.Failed() && mode != StartCheckWarn {
-			return nil, &StartCheckError{Result: res}
+			err := &StartCheckError{Result: res}
+			endCheck(err)
+			return nil, err
 		}
+		endCheck(nil)
 		art.StartCheck = &res
 	}
 	if err := store.checkFree(0); err != nil {

@@ -16,6 +16,10 @@ import (
 const (
 	// SpanLayerApply is one layer's entries applied to the image tree.
 	SpanLayerApply = "cubetemplatecenter.template.image.layer.apply"
+	// SpanStartCheck is the start check of the complete tree, before its
+	// ext4 metadata is written; its attributes are the result and the
+	// number of shared libraries it found.
+	SpanStartCheck = "cubetemplatecenter.template.image.start_check"
 	// SpanExt4 is the ext4 metadata written, the image hashed and synced.
 	SpanExt4 = "cubetemplatecenter.template.image.ext4"
 )

@@ -3,6 +3,7 @@ package rootfs_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"runtime"
 	"strings"
@@ -128,6 +129,81 @@ func TestBuildStartCheck(t *testing.T) {
 		_, _, err := build(t, "arch", v1.Config{Cmd: []string{"/bin/app"}}, arch, "", rootfs.StartOverrides{})
 		if err == nil || !strings.Contains(err.Error(), "the image is "+arch) {
 			t.Errorf("Build of a %s image holding a %s binary = %v, want the architecture named", arch, runtime.GOARCH, err)
+		}
+	})
+}
+
+// TestBuildStartCheckLibraries builds images holding a real program of
+// the host, its loader and, or not, the libc it needs, through the real
+// pipeline: the check reads libc's dynamic section (near its end) from
+// the image being written, fails the build naming a missing library, and
+// names the libraries that load; the finished image gives the same
+// answer; a user who may not execute the program fails it.
+func TestBuildStartCheckLibraries(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the host's amd64 loader and libc")
+	}
+	read := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Skipf("host file: %v", err)
+		}
+		return string(b)
+	}
+	prog, loader, libc := read("/usr/bin/true"), read("/lib64/ld-linux-x86-64.so.2"), read("/lib/x86_64-linux-gnu/libc.so.6")
+	const multi = "usr/lib/x86_64-linux-gnu/"
+	tree := func(withLibc bool, progMode int64) []imagetest.Layer {
+		l := imagetest.Layer{
+			imagetest.Dir("usr/"), imagetest.Dir("usr/bin/"), imagetest.Dir("usr/lib/"), imagetest.Dir(multi), imagetest.Dir("etc/"),
+			imagetest.Symlink("lib", "usr/lib"), imagetest.Dir("lib64/"),
+			imagetest.Symlink("lib64/ld-linux-x86-64.so.2", "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"),
+			imagetest.File(multi+"ld-linux-x86-64.so.2", loader).Perm(0o755),
+			imagetest.File("usr/bin/true", prog).Perm(progMode),
+			imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n"),
+		}
+		if withLibc {
+			l = append(l, imagetest.File(multi+"libc.so.6", libc).Perm(0o755))
+		}
+		return []imagetest.Layer{l}
+	}
+	reg := images.StartRegistry(t, nil)
+	b := newBuilder(t, builderOptions(t, reg.Host))
+	cfg := v1.Config{Cmd: []string{"/usr/bin/true"}}
+	build := func(t *testing.T, name string, layers []imagetest.Layer, o rootfs.StartOverrides) (*rootfs.Artifact, *rootfs.Image, error) {
+		t.Helper()
+		ref := reg.Push(t, "libs/"+name+":v1", startImage(t, cfg, "amd64", layers))
+		img := resolve(t, b, rootfs.Source{Ref: ref})
+		spec := specOf(img, ref, fakeEnvd(5), nil)
+		spec.Start = o
+		art, err := b.Build(context.Background(), spec, nil)
+		return art, img, err
+	}
+
+	t.Run("LibraryMissing", func(t *testing.T) {
+		_, _, err := build(t, "missing", tree(false, 0o755), rootfs.StartOverrides{})
+		var failed *rootfs.StartCheckError
+		if !errors.As(err, &failed) || !strings.Contains(err.Error(), `library "libc.so.6" needed by "/usr/bin/true" not found`) {
+			t.Fatalf("Build without libc = %v, want a start check error naming libc.so.6", err)
+		}
+	})
+	t.Run("Libraries", func(t *testing.T) {
+		art, img, err := build(t, "libc", tree(true, 0o755), rootfs.StartOverrides{})
+		if err != nil {
+			t.Fatalf("Build: %v", err)
+		}
+		c := art.StartCheck
+		if c == nil || c.Result != "ok" || c.Libraries["libc.so.6"] != "/lib/x86_64-linux-gnu/libc.so.6" {
+			t.Fatalf("start check = %+v, want ok with libc.so.6 found through /lib", c)
+		}
+		again, err := rootfs.CheckImage(art.Path, img.Config, img.Arch, rootfs.StartOverrides{})
+		if err != nil || again.Result != "ok" || !maps.Equal(again.Libraries, c.Libraries) {
+			t.Errorf("CheckImage of the finished image = %+v, %v; want the build's libraries %v", again, err, c.Libraries)
+		}
+	})
+	t.Run("NotExecutableByTheUser", func(t *testing.T) {
+		_, _, err := build(t, "user", tree(true, 0o700), rootfs.StartOverrides{RunAsUsername: "app"})
+		if err == nil || !strings.Contains(err.Error(), `"/usr/bin/true" is not executable by uid 1000`) {
+			t.Errorf("Build of a program only root may run, as app = %v, want the permission named", err)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/ext4"
@@ -74,13 +75,14 @@ func startSpec(cfg ImageConfig, arch, envd string, o StartOverrides) startcheck.
 	return spec
 }
 
-// checkTree runs the start check on the tree about to be laid out.
-func checkTree(tree *flatten.Tree, img *Image, envd bool, o StartOverrides) StartCheck {
+// checkTree runs the start check on the tree about to be laid out, whose
+// file content store holds.
+func checkTree(tree *flatten.Tree, store flatten.DataStore, img *Image, envd bool, o StartOverrides) StartCheck {
 	envdPath := ""
 	if envd {
 		envdPath = "/" + inject.EnvdPath
 	}
-	return startcheck.Check(treeFS{tree}, startSpec(img.Config, img.Arch, envdPath, o))
+	return startcheck.Check(treeFS{tree, store}, startSpec(img.Config, img.Arch, envdPath, o))
 }
 
 // CheckImage runs the start check on the finished image at imagePath,
@@ -101,9 +103,12 @@ func CheckImage(imagePath string, cfg ImageConfig, arch string, o StartOverrides
 	return startcheck.Check(fsys, startSpec(cfg, arch, envd, o)), nil
 }
 
-// treeFS reads the flattened tree of a build in progress; file heads come
-// back from the image being written.
-type treeFS struct{ t *flatten.Tree }
+// treeFS reads the flattened tree of a build in progress; file content
+// comes back from the image being written (store).
+type treeFS struct {
+	t     *flatten.Tree
+	store flatten.DataStore
+}
 
 // Lstat implements startcheck.FS: the check resolves symlinks itself.
 func (t treeFS) Lstat(p string) (startcheck.Entry, error) {
@@ -111,7 +116,7 @@ func (t treeFS) Lstat(p string) (startcheck.Entry, error) {
 	if err != nil {
 		return startcheck.Entry{}, err
 	}
-	e := startcheck.Entry{Mode: fileMode(n.Mode)}
+	e := startcheck.Entry{Mode: fileMode(n.Mode), UID: n.UID, GID: n.GID}
 	if n.Mode&ext4.ModeTypeMask == ext4.ModeSymlink {
 		e.Target = string(n.LinkTarget())
 	}
@@ -120,6 +125,43 @@ func (t treeFS) Lstat(p string) (startcheck.Entry, error) {
 
 // ReadHead implements startcheck.FS.
 func (t treeFS) ReadHead(p string, n int) ([]byte, error) { return t.t.ReadHead(p, n) }
+
+// ReadAt implements startcheck.FS: it seeks in the content as the image
+// holds it, so that reading far into a large file reads only what is
+// asked for.
+func (t treeFS) ReadAt(p string, b []byte, off int64) (int, error) {
+	n, err := t.t.Lookup(p)
+	if err != nil {
+		return 0, err
+	}
+	if n.Mode&ext4.ModeTypeMask != ext4.ModeRegular {
+		return 0, fmt.Errorf("read %q: not a regular file", p)
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("read %q at %d: negative offset", p, off)
+	}
+	if off >= n.Size {
+		return 0, io.EOF
+	}
+	r := t.store.OpenData(n.Data, n.Size)
+	if s, ok := r.(io.Seeker); ok {
+		_, err = s.Seek(off, io.SeekStart)
+	} else {
+		_, err = io.CopyN(io.Discard, r, off)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read %q at %d: %w", p, off, err)
+	}
+	want := min(int64(len(b)), n.Size-off)
+	k, err := io.ReadFull(r, b[:want])
+	if err != nil {
+		return k, fmt.Errorf("read %q at %d: %w", p, off, err)
+	}
+	if want < int64(len(b)) {
+		return k, io.EOF
+	}
+	return k, nil
+}
 
 // fileMode converts an ext4 inode mode.
 func fileMode(m uint32) fs.FileMode {
@@ -155,8 +197,11 @@ func (i imageFS) Lstat(p string) (startcheck.Entry, error) {
 	if err != nil {
 		return startcheck.Entry{}, err
 	}
-	return startcheck.Entry{Mode: e.Mode, Target: e.LinkTarget}, nil
+	return startcheck.Entry{Mode: e.Mode, Target: e.LinkTarget, UID: e.UID, GID: e.GID}, nil
 }
 
 // ReadHead implements startcheck.FS.
 func (i imageFS) ReadHead(p string, n int) ([]byte, error) { return i.im.ReadHead(p, n) }
+
+// ReadAt implements startcheck.FS.
+func (i imageFS) ReadAt(p string, b []byte, off int64) (int, error) { return i.im.ReadAt(p, b, off) }

@@ -31,6 +31,9 @@ FUZZ_TARGETS := \
 	./rootfs/startcheck:FuzzParseELF \
 	./rootfs/startcheck:FuzzParseShebang \
 	./rootfs/startcheck:FuzzCheck \
+	./rootfs/startcheck:FuzzParseDynamic \
+	./rootfs/startcheck:FuzzParseVersions \
+	./rootfs/startcheck:FuzzParseLDCache \
 	./rootfs/safetext:FuzzClip
 
 .PHONY: fuzz

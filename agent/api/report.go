@@ -143,6 +143,11 @@ type TemplateCheck struct {
 	Resolved    string   `json:"resolved,omitempty"`
 	Interpreter string   `json:"interpreter,omitempty"`
 	Problems    []string `json:"problems,omitempty"`
+	// Libraries maps each shared library that will load (by the name it
+	// is needed as) to the path the loader opens; LibrariesOmitted counts
+	// those left out to keep template_check within its bound.
+	Libraries        map[string]string `json:"libraries,omitempty"`
+	LibrariesOmitted int               `json:"libraries_omitted,omitempty"`
 }
 
 // builtBody ends a job successfully. The blob store's fields are sent

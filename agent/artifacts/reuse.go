@@ -54,7 +54,7 @@ func templateCheck(c *rootfs.StartCheck) *api.TemplateCheck {
 	}
 	b := c.Bounded()
 	return &api.TemplateCheck{Result: b.Result, Command: b.Command, Resolved: b.Resolved,
-		Interpreter: b.Interpreter, Problems: b.Problems}
+		Interpreter: b.Interpreter, Problems: b.Problems, Libraries: b.Libraries, LibrariesOmitted: b.LibrariesOmitted}
 }
 
 // boundCheck bounds a template_check read back from a record, which an
@@ -65,7 +65,7 @@ func boundCheck(c *api.TemplateCheck) *api.TemplateCheck {
 		return nil
 	}
 	return templateCheck(&rootfs.StartCheck{Result: c.Result, Command: c.Command, Resolved: c.Resolved,
-		Interpreter: c.Interpreter, Problems: c.Problems})
+		Interpreter: c.Interpreter, Problems: c.Problems, Libraries: c.Libraries, LibrariesOmitted: c.LibrariesOmitted})
 }
 
 // publish puts built's artifact in the blob store, when there is one, and

@@ -3,6 +3,7 @@ package artifacts
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -77,13 +78,15 @@ func TestReuseReadsStoredRecord(t *testing.T) {
 }
 
 // hugeCheck is a start check result as an earlier release could record
-// it: a problem per PATH entry of a PATH bomb, each naming it whole.
+// it: a problem per PATH entry of a PATH bomb, each naming it whole, and
+// thousands of libraries with long names.
 func hugeCheck() *rootfs.StartCheck {
 	c := &rootfs.StartCheck{Result: "failed", Command: make([]string, 5000), Resolved: strings.Repeat("/r", 5000),
-		Problems: make([]string, 5000)}
+		Problems: make([]string, 5000), Libraries: make(map[string]string, 5000)}
 	for i := range c.Problems {
 		c.Command[i] = strings.Repeat("<", 300)
 		c.Problems[i] = "command \"app\" not found on PATH=" + strings.Repeat("/l:", 2000)
+		c.Libraries[fmt.Sprintf("lib%d%s.so", i, strings.Repeat("<", 300))] = strings.Repeat("/<", 1000)
 	}
 	return c
 }
@@ -106,7 +109,7 @@ func checkTemplateCheck(t *testing.T, what string, c *api.TemplateCheck) {
 func TestTemplateCheckBounded(t *testing.T) {
 	c := hugeCheck()
 	old := api.Built{ArtifactID: "rfs-0123456789abcdef01234567", TemplateCheck: &api.TemplateCheck{
-		Result: c.Result, Command: c.Command, Resolved: c.Resolved, Problems: c.Problems}}
+		Result: c.Result, Command: c.Command, Resolved: c.Resolved, Problems: c.Problems, Libraries: c.Libraries}}
 	record, err := json.Marshal(old)
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,17 @@ func TestFragmentedFileExtentTree(t *testing.T) {
 	if err != nil || !bytes.Equal(got, bigContent) {
 		t.Fatalf("OpenData: %d bytes, %v; content differs", len(got), err)
 	}
+	// A reader seeks anywhere among the extents, backwards too.
+	r := im.w.OpenData(big.Data, big.Size).(io.ReadSeeker)
+	for _, off := range []int64{int64(len(bigContent)) - 200, 4096*700 + 5, 4095, 0, 4096 * 1501} {
+		if _, err := r.Seek(off, io.SeekStart); err != nil {
+			t.Fatalf("Seek(%d): %v", off, err)
+		}
+		b := make([]byte, 100)
+		if _, err := io.ReadFull(r, b); err != nil || !bytes.Equal(b, bigContent[off:off+100]) {
+			t.Errorf("read 100 bytes at %d after a seek: %v; content differs", off, err)
+		}
+	}
 	st := im.finish(root)
 	imagetest.Fsck(t, im.path)
 
@@ -158,7 +169,8 @@ func TestSparse5GiB(t *testing.T) {
 			t.Errorf("content around offset %d differs", off)
 		}
 	}
-	// Holes read as zeros through OpenData too.
+	// Holes read as zeros through OpenData too, read through or
+	// seeked over.
 	r := im.w.OpenData(d, size)
 	if _, err := io.CopyN(io.Discard, r, 2<<30); err != nil {
 		t.Fatal(err)
@@ -166,6 +178,19 @@ func TestSparse5GiB(t *testing.T) {
 	blk := make([]byte, 4096)
 	if _, err := io.ReadFull(r, blk); err != nil || !bytes.Equal(blk, markers[2<<30]) {
 		t.Errorf("OpenData at 2 GiB: %v, content differs", err)
+	}
+	rs := im.w.OpenData(d, size).(io.ReadSeeker)
+	for _, off := range []int64{2 << 30, 2<<30 - 4096} {
+		if _, err := rs.Seek(off, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]byte, 4096)
+		if m, ok := markers[off]; ok {
+			want = m
+		}
+		if _, err := io.ReadFull(rs, blk); err != nil || !bytes.Equal(blk, want) {
+			t.Errorf("OpenData after a seek to %d: %v, content differs", off, err)
+		}
 	}
 }
 

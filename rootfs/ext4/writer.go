@@ -313,12 +313,32 @@ func (w *Writer) OpenData(d Data, size int64) io.Reader {
 }
 
 // dataReader reads a file's content back from the image, holes as zeros.
+// It seeks, so that a reader of a large file starts where it needs to.
 type dataReader struct {
 	w    *Writer
 	ext  []extent
 	size int64
 	pos  int64
 	idx  int
+}
+
+// Seek implements io.Seeker.
+func (r *dataReader) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += r.pos
+	case io.SeekEnd:
+		offset += r.size
+	default:
+		return r.pos, fmt.Errorf("seek data: whence %d", whence)
+	}
+	if offset < 0 {
+		return r.pos, fmt.Errorf("seek data: position %d", offset)
+	}
+	// Read finds the extent from the first one on.
+	r.pos, r.idx = offset, 0
+	return offset, nil
 }
 
 func (r *dataReader) Read(p []byte) (int, error) {

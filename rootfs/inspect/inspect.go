@@ -176,6 +176,30 @@ func (im *Image) ReadHead(p string, n int) ([]byte, error) {
 	return im.read(p, max(n, 0))
 }
 
+// ReadAt reads len(b) bytes at offset off of the regular file at p (a
+// symlink is not followed), as io.ReaderAt does: fewer only with an
+// error, io.EOF at the end of the file. go-diskfs v1.9.4 misreads a file
+// from an offset (it takes the extent before the offset for the one
+// holding it), so ReadAt reads the file from its start, under the rules
+// of ReadFile: off+len(b) may not exceed maxReadFile.
+func (im *Image) ReadAt(p string, b []byte, off int64) (int, error) {
+	if off < 0 || off > maxReadFile-int64(len(b)) {
+		return 0, fmt.Errorf("read %s: %d bytes at %d, beyond the %d bytes inspect reads of a file", p, len(b), off, maxReadFile)
+	}
+	data, err := im.read(p, int(off)+len(b))
+	if err != nil {
+		return 0, err
+	}
+	if off >= int64(len(data)) {
+		return 0, io.EOF
+	}
+	n := copy(b, data[off:])
+	if n < len(b) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
 // read returns the first n bytes of the regular file at p, or the whole
 // file when n is negative (refusing one larger than maxReadFile).
 func (im *Image) read(p string, n int) (data []byte, err error) {

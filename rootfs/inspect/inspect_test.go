@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -153,6 +154,18 @@ func TestReadsWhatTheWriterWrites(t *testing.T) {
 	defer im.Close()
 	if got, err := im.ReadFile("/spread"); err != nil || !bytes.Equal(got, spread) {
 		t.Errorf("ReadFile(/spread) = %d bytes, %v; want the %d bytes written", len(got), err, len(spread))
+	}
+	// ReadAt anywhere, across the extents' boundaries and to the end.
+	for off := 0; off < len(spread); off += 997 {
+		b := make([]byte, 5000)
+		n, err := im.ReadAt("/spread", b, int64(off))
+		want := spread[off:min(len(spread), off+len(b))]
+		if !bytes.Equal(b[:n], want) || (n < len(b)) != errors.Is(err, io.EOF) || (err != nil && !errors.Is(err, io.EOF)) {
+			t.Fatalf("ReadAt(/spread, %d bytes at %d) = %d, %v; want %d bytes of the file", len(b), off, n, err, len(want))
+		}
+	}
+	if n, err := im.ReadAt("/spread", make([]byte, 10), int64(len(spread))); n != 0 || !errors.Is(err, io.EOF) {
+		t.Errorf("ReadAt at the end = %d, %v; want io.EOF", n, err)
 	}
 	// The interior zero blocks are holes; ReadFile refuses them rather
 	// than misreading.

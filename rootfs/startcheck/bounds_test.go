@@ -2,6 +2,7 @@ package startcheck
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -10,10 +11,16 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 )
 
-// countingFS counts the calls the check makes of the FS it wraps.
+// countingFS counts the calls the check makes of the FS it wraps, and
+// the bytes it asks of ReadAt.
 type countingFS struct {
 	FS
-	lstats, reads int
+	lstats, reads, readAtBytes int
+}
+
+func (c *countingFS) ReadAt(p string, b []byte, off int64) (int, error) {
+	c.readAtBytes += len(b)
+	return c.FS.ReadAt(p, b, off)
 }
 
 func (c *countingFS) Lstat(p string) (Entry, error) {
@@ -47,6 +54,26 @@ func hostileTree() *memFS {
 	}
 	m.link("/c/"+strconv.Itoa(chainDepth), "/usr/local/bin")
 	m.file(deepDir+"/x", 0o755, amd64Static)
+	// Libraries: a program needing 600 libraries of long names that
+	// need each other in a ring, one needing a library through a search
+	// path of 2,500 directories, and one whose dynamic section lies 16
+	// MiB in.
+	const lib = "/usr/lib/x86_64-linux-gnu/"
+	var ring []string
+	for i := range 600 {
+		ring = append(ring, fmt.Sprintf("lib%03d%s.so", i, strings.Repeat("r", 200)))
+	}
+	for i, name := range ring {
+		m.lib(lib+name, dynOpts{soname: name, needed: []string{ring[(i+1)%len(ring)], ring[(i+7)%len(ring)], "libnone.so"}})
+	}
+	var bombDirs []string
+	for i := range 2500 {
+		bombDirs = append(bombDirs, "/"+strconv.Itoa(i))
+	}
+	m.file("/usr/bin/needy", 0o755, mkDynELF(dynOpts{interp: amd64Loader, needed: ring}))
+	m.file("/usr/bin/rpathbomb", 0o755, mkDynELF(dynOpts{interp: amd64Loader, needed: []string{"libnone.so", "libother.so"},
+		rpath: ptr(strings.Join(bombDirs, ":"))}))
+	m.file("/usr/bin/far", 0o755, mkDynELF(dynOpts{interp: amd64Loader, needed: []string{ring[0]}, far: 16 << 20}))
 	return m
 }
 
@@ -114,6 +141,14 @@ func hostileSpecs() []struct {
 		{"LongUser", Spec{Argv: []string{"python3"}, User: strings.Repeat("u", 1<<20) + ":" + strings.Repeat("<", 1<<20)},
 			ResultFailed, "not found in /etc/passwd"},
 		{"LongEnvd", Spec{Argv: []string{"python3"}, Envd: strings.Repeat("/e", 3000)}, ResultFailed, "envd"},
+		// Libraries: more than a check loads, a ring of them; a search
+		// path of loops; a library path bomb; a far dynamic section.
+		{"ManyLibraries", Spec{Argv: []string{"needy"}}, ResultWarnings, "more than 256 libraries in one check"},
+		{"RpathBomb", Spec{Argv: []string{"rpathbomb"}}, ResultWarnings, "but only the first 256 of the 2500 entries of a search path"},
+		{"LibraryPathBomb", Spec{Argv: []string{"needy"}, Env: []string{"LD_LIBRARY_PATH=" + repeatList("/c/0", 20000, ":")}}, ResultWarnings, "symlinks followed for libraries"},
+		// The libraries' share of the bounds leaves the envd its own.
+		{"LibraryPathBombThenEnvd", Spec{Argv: []string{"needy"}, Env: []string{"LD_LIBRARY_PATH=" + repeatList("/c/0", 20000, ":")}, Envd: "/no/envd"}, ResultFailed, "envd"},
+		{"FarDynamic", Spec{Argv: []string{"far"}}, ResultFailed, `library "libnone.so"`},
 	}
 }
 
@@ -128,8 +163,14 @@ func checkBounds(t testing.TB, r Result) {
 	if len(b) > safetext.TemplateCheckMax {
 		t.Errorf("Check result is %d bytes of JSON, over %d", len(b), safetext.TemplateCheckMax)
 	}
-	if len(r.Command) > maxArgs || len(r.Problems) > safetext.ListMax {
-		t.Errorf("Check result lists %d words and %d problems", len(r.Command), len(r.Problems))
+	if len(r.Command) > maxArgs || len(r.Problems) > safetext.ListMax || len(r.Libraries) > maxLibrariesShown {
+		t.Errorf("Check result lists %d words, %d problems and %d libraries", len(r.Command), len(r.Problems), len(r.Libraries))
+	}
+	for name, p := range r.Libraries {
+		if len(name) > maxLibraryNameJSON || len(p) > maxLibraryPathJSON {
+			t.Errorf("a library of %d bytes at a path of %d bytes: %.200q", len(name), len(p), name)
+			break
+		}
 	}
 	for _, p := range r.Problems {
 		if len(p) > maxProblemJSON {
@@ -161,8 +202,9 @@ func TestCheckBounds(t *testing.T) {
 			if tc.first != "" && (len(r.Problems) == 0 || !strings.Contains(r.Problems[0], tc.first)) {
 				t.Errorf("Check: first problem of %.600q does not say %q", r.Problems, tc.first)
 			}
-			if fsys.lstats > maxLookups || fsys.reads > maxReads {
-				t.Errorf("Check made %d Lstat calls (bound %d) and %d ReadHead calls (bound %d)", fsys.lstats, maxLookups, fsys.reads, maxReads)
+			if fsys.lstats > maxLookups || fsys.reads > maxReads || fsys.readAtBytes > maxCheckRead {
+				t.Errorf("Check made %d Lstat calls (bound %d), %d ReadHead calls (bound %d) and read %d bytes with ReadAt (bound %d)",
+					fsys.lstats, maxLookups, fsys.reads, maxReads, fsys.readAtBytes, maxCheckRead)
 			}
 			checkBounds(t, r)
 		})
@@ -191,8 +233,18 @@ func TestBounded(t *testing.T) {
 	if again := b.Bounded(); !reflect.DeepEqual(again, b) {
 		t.Errorf("Bounded is not idempotent: %.300s, then %.300s", mustJSON(t, b), mustJSON(t, again))
 	}
-	// The worst a bounded result can be: every field at its bound, in
-	// characters JSON writes as six bytes.
+	w := worstResult()
+	if !reflect.DeepEqual(w.Bounded(), w) {
+		t.Fatalf("the worst case is not within the bounds")
+	}
+	if n := len(mustJSON(t, w)); n > resultJSONMax || n > safetext.TemplateCheckMax {
+		t.Errorf("the worst bounded result is %d bytes of JSON, over %d", n, resultJSONMax)
+	}
+}
+
+// worstResult is the worst a bounded result can be without libraries:
+// every field at its bound, in characters JSON writes as six bytes.
+func worstResult() Result {
 	worst := func(n int) string { return strings.Repeat("<", n/6) }
 	w := Result{Result: worst(maxResultJSON), Resolved: worst(maxPathJSON), Interpreter: worst(maxPathJSON)}
 	for range maxArgs {
@@ -201,12 +253,7 @@ func TestBounded(t *testing.T) {
 	for range safetext.ListMax {
 		w.Problems = append(w.Problems, worst(maxProblemJSON))
 	}
-	if !reflect.DeepEqual(w.Bounded(), w) {
-		t.Fatalf("the worst case is not within the bounds")
-	}
-	if n := len(mustJSON(t, w)); n > resultJSONMax || n > safetext.TemplateCheckMax {
-		t.Errorf("the worst bounded result is %d bytes of JSON, over %d", n, resultJSONMax)
-	}
+	return w
 }
 
 // FuzzCheck runs the check on specs shaped by the fuzzer over the hostile
@@ -221,6 +268,8 @@ func FuzzCheck(f *testing.F) {
 	f.Add("/dangle", uint16(300), "python3", strings.Repeat("/d", 3000), uint16(1), uint16(1), strings.Repeat("u", 5000))
 	f.Add("/usr/bin", uint16(1), "sh", "/srv", uint16(3), uint16(2), "www-data:www-data")
 	f.Add("/bin", uint16(2), "./x", deepDir, uint16(0), uint16(0), "1000:1000")
+	f.Add("/c/0", uint16(3000), "needy", "/", uint16(0), uint16(0), "")
+	f.Add("/usr/lib/x86_64-linux-gnu", uint16(1), "rpathbomb", "/", uint16(1), uint16(1), "www-data")
 	tree := hostileTree()
 	f.Fuzz(func(t *testing.T, entry string, copies uint16, argv0, wd string, nArgs, nEnv uint16, user string) {
 		// A few MiB of spec at most, as an 8 MiB config gives, so that
@@ -233,15 +282,15 @@ func FuzzCheck(f *testing.F) {
 		for i := range int(nEnv) {
 			env = append(env, "V"+strconv.Itoa(i)+"="+entry)
 		}
-		env = append(env, "PATH="+repeatList(entry, n, ":"))
+		env = append(env, "PATH="+repeatList(entry, n, ":"), "LD_LIBRARY_PATH="+repeatList(entry, n, ":"))
 		argv := []string{argv0}
 		for range int(nArgs) {
 			argv = append(argv, entry)
 		}
 		fsys := &countingFS{FS: tree}
 		r := Check(fsys, Spec{Argv: argv, Env: env, WorkingDir: wd, User: user, Arch: "amd64", Envd: wd})
-		if fsys.lstats > maxLookups || fsys.reads > maxReads {
-			t.Fatalf("Check made %d Lstat and %d ReadHead calls", fsys.lstats, fsys.reads)
+		if fsys.lstats > maxLookups || fsys.reads > maxReads || fsys.readAtBytes > maxCheckRead {
+			t.Fatalf("Check made %d Lstat and %d ReadHead calls, and read %d bytes with ReadAt", fsys.lstats, fsys.reads, fsys.readAtBytes)
 		}
 		checkBounds(t, r)
 	})

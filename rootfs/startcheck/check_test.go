@@ -474,7 +474,30 @@ func TestCheckHostBinary(t *testing.T) {
 	m := newFS()
 	m.file("/usr/bin/true", 0o755, data).file(info.interp, 0o755, loader)
 	r := Check(m, Spec{Argv: []string{"true"}, Arch: runtime.GOARCH})
+	expect(t, r, want{result: ResultFailed, first: []string{`library "libc.so.6" needed by "/usr/bin/true" not found`}})
+	// With the libraries it needs, from the host's system directories.
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	needed, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lib := range needed {
+		for _, dir := range archOf(identOf(info)).defaultDirs() {
+			if b, err := os.ReadFile(dir + "/" + lib); err == nil {
+				m.file(dir+"/"+lib, 0o644, b)
+				break
+			}
+		}
+	}
+	r = Check(m, Spec{Argv: []string{"true"}, Arch: runtime.GOARCH})
 	expect(t, r, want{result: ResultOK, command0: "/usr/bin/true", interpreter: info.interp, problems: 0})
+	if len(r.Libraries) < len(needed) {
+		t.Errorf("Check: Libraries = %v, want the %d the binary needs", r.Libraries, len(needed))
+	}
 
 	other := "arm64"
 	if runtime.GOARCH == "arm64" {

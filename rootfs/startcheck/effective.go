@@ -68,14 +68,19 @@ func mergeEnv(base, over []string) []string {
 // pathOf returns the effective PATH of env: the last PATH entry, or the
 // runtime default when there is none.
 func pathOf(env []string) string {
-	p, found := "", false
+	if p, ok := lookupEnv(env, "PATH"); ok {
+		return p
+	}
+	return DefaultPath
+}
+
+// lookupEnv returns the value of the last KEY= entry of env.
+func lookupEnv(env []string, key string) (string, bool) {
+	v, found := "", false
 	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			p, found = v, true
+		if rest, ok := strings.CutPrefix(kv, key+"="); ok {
+			v, found = rest, true
 		}
 	}
-	if !found {
-		return DefaultPath
-	}
-	return p
+	return v, found
 }

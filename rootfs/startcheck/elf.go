@@ -28,6 +28,16 @@ type elfInfo struct {
 	machine elf.Machine
 	typ     elf.Type
 	interp  string // PT_INTERP without its NUL; "" for a static binary
+	// ident is the header's e_ident, which glibc's loader compares whole
+	// for a library (version, OS ABI, padding).
+	ident [elf.EI_NIDENT]byte
+	// version is e_version, phentsize e_phentsize: the loader refuses a
+	// library whose values are not the current ones.
+	version   uint32
+	phentsize uint16
+	// progs are the program headers: the loader finds the dynamic section
+	// and maps addresses to file offsets through them.
+	progs []elf.ProgHeader
 }
 
 // errShort means the header bytes end before the headers they describe.
@@ -36,10 +46,39 @@ var errShort = errors.New("ELF headers extend beyond the bytes read")
 func isELF(head []byte) bool { return bytes.HasPrefix(head, []byte(elf.ELFMAG)) }
 
 // parseELF reads the ELF header, program headers and PT_INTERP from head,
-// the first bytes of a file. It uses debug/elf on a copy whose section
-// header fields are zeroed: section headers sit at the end of the file,
-// beyond head, and the check needs none of them.
+// the first bytes of a file.
 func parseELF(head []byte) (elfInfo, error) {
+	info, err := parseHeaders(head)
+	if err != nil {
+		return elfInfo{}, err
+	}
+	for _, p := range info.progs {
+		if p.Type != elf.PT_INTERP {
+			continue
+		}
+		if p.Filesz < 2 || p.Filesz > maxInterp {
+			return elfInfo{}, fmt.Errorf("PT_INTERP of %d bytes", p.Filesz)
+		}
+		if p.Off > uint64(len(head)) || p.Filesz > uint64(len(head))-p.Off {
+			return elfInfo{}, errShort
+		}
+		s := head[p.Off : p.Off+p.Filesz]
+		// The kernel requires the NUL at the end and stops at the first.
+		if s[len(s)-1] != 0 {
+			return elfInfo{}, errors.New("PT_INTERP not NUL-terminated")
+		}
+		info.interp, _, _ = strings.Cut(string(s), "\x00")
+		break
+	}
+	return info, nil
+}
+
+// parseHeaders reads the ELF header and program headers from head, the
+// first bytes of a file: all the loader reads of a library before it
+// maps it. It uses debug/elf on a copy whose section header fields are
+// zeroed: section headers sit at the end of the file, beyond head, and
+// the check needs none of them.
+func parseHeaders(head []byte) (elfInfo, error) {
 	if !isELF(head) || len(head) < elf.EI_NIDENT {
 		return elfInfo{}, errors.New("not an ELF file")
 	}
@@ -70,26 +109,26 @@ func parseELF(head []byte) (elfInfo, error) {
 		}
 		return elfInfo{}, err
 	}
-	info := elfInfo{class: f.Class, data: f.Data, machine: f.Machine, typ: f.Type}
+	info := elfInfo{class: f.Class, data: f.Data, machine: f.Machine, typ: f.Type,
+		version: uint32(f.Version), phentsize: phentsizeField(b), progs: make([]elf.ProgHeader, 0, len(f.Progs))}
+	copy(info.ident[:], b)
 	for _, p := range f.Progs {
-		if p.Type != elf.PT_INTERP {
-			continue
-		}
-		if p.Filesz < 2 || p.Filesz > maxInterp {
-			return elfInfo{}, fmt.Errorf("PT_INTERP of %d bytes", p.Filesz)
-		}
-		if p.Off > uint64(len(head)) || p.Filesz > uint64(len(head))-p.Off {
-			return elfInfo{}, errShort
-		}
-		s := head[p.Off : p.Off+p.Filesz]
-		// The kernel requires the NUL at the end and stops at the first.
-		if s[len(s)-1] != 0 {
-			return elfInfo{}, errors.New("PT_INTERP not NUL-terminated")
-		}
-		info.interp, _, _ = strings.Cut(string(s), "\x00")
-		break
+		info.progs = append(info.progs, p.ProgHeader)
 	}
 	return info, nil
+}
+
+// phentsizeField returns e_phentsize of an ELF header long enough to
+// hold it (parseELF checked).
+func phentsizeField(b []byte) uint16 {
+	off := 42
+	if elf.Class(b[elf.EI_CLASS]) == elf.ELFCLASS64 {
+		off = 54
+	}
+	if elf.Data(b[elf.EI_DATA]) == elf.ELFDATA2MSB {
+		return binary.BigEndian.Uint16(b[off:])
+	}
+	return binary.LittleEndian.Uint16(b[off:])
 }
 
 // phnumField returns e_phnum of an ELF header at least 64 bytes long.
@@ -170,8 +209,9 @@ func (c *checker) elfHead(p string, head []byte) (elfInfo, error) {
 	return info, err
 }
 
-// checkELF checks an ELF's identification against the image platform and
-// its loader, and returns the loader path.
+// checkELF checks an ELF's identification against the image platform,
+// its loader and the libraries the loader would load, and returns the
+// loader path.
 func (c *checker) checkELF(lbl, p string, head []byte) string {
 	info, err := c.elfHead(p, head)
 	if err != nil {
@@ -192,7 +232,9 @@ func (c *checker) checkELF(lbl, p string, head []byte) string {
 	if info.interp == "" {
 		return ""
 	}
-	c.checkLoader(lbl, info)
+	if loader, linfo, ok := c.checkLoader(lbl, info); ok {
+		c.checkLibraries(lbl, p, info, info.interp, loader, linfo)
+	}
 	return info.interp
 }
 
@@ -235,41 +277,53 @@ func endian(d elf.Data) string {
 }
 
 // checkLoader checks that the PT_INTERP loader of an ELF resolves in the
-// image to an executable ELF of the image's architecture.
-func (c *checker) checkLoader(lbl string, info elfInfo) {
+// image to an ELF of the image's architecture the check's user may
+// execute. It returns the loader's file and header, ok when the loader
+// can run the program.
+func (c *checker) checkLoader(lbl string, info elfInfo) (string, elfInfo, bool) {
 	// The kernel opens a relative PT_INTERP from the process's working
 	// directory.
 	p := cleanAbs(c.wd, info.interp)
-	resolved, e, rerr := c.resolve(p)
+	t, rerr := c.lookup(p)
 	switch {
 	case rerr == nil:
 	case rerr.kind == errLimit:
-		return
+		return "", elfInfo{}, false
 	case rerr.kind == errNotExist:
 		c.fail("%s: loader %s not found%s", lbl, quote(info.interp), rerr.notFound())
-		return
+		return "", elfInfo{}, false
 	default:
 		c.fail("%s: loader %s: %v", lbl, quote(info.interp), rerr)
-		return
+		return "", elfInfo{}, false
 	}
-	llbl := fmt.Sprintf("%s: loader %s", lbl, label(p, resolved))
-	if !e.Mode.IsRegular() || e.Mode.Perm()&0o111 == 0 {
-		c.fail("%s is %s", llbl, describe(e))
-		return
+	llbl := fmt.Sprintf("%s: loader %s", lbl, label(p, t.resolved))
+	if why := c.notExecutable(t); why != "" {
+		c.fail("%s is %s", llbl, why)
+		return "", elfInfo{}, false
 	}
-	head, err := c.fs.ReadHead(resolved, headSize)
+	head, err := c.fs.ReadHead(t.resolved, headSize)
 	if err != nil {
 		c.warn("%s: read header: %s", llbl, errText(err))
-		return
+		return "", elfInfo{}, false
 	}
 	if !isELF(head) {
 		c.fail("%s is not an ELF file", llbl)
-		return
+		return "", elfInfo{}, false
 	}
-	linfo, err := c.elfHead(resolved, head)
+	linfo, err := c.elfHead(t.resolved, head)
 	if err != nil {
 		c.warn("%s: cannot parse ELF headers: %s", llbl, errText(err))
-		return
+		return "", elfInfo{}, false
 	}
-	c.machineOK(llbl, linfo)
+	if !c.machineOK(llbl, linfo) {
+		return "", elfInfo{}, false
+	}
+	// The loader loads objects of the program's kind: a 32-bit program
+	// needs a 32-bit loader even where the platform is 64-bit.
+	if identOf(linfo) != identOf(info) {
+		c.fail("%s is an ELF for %s (%s, %s), the program for %s (%s, %s)", llbl,
+			machineName(linfo.machine), classBits(linfo.class), endian(linfo.data), machineName(info.machine), classBits(info.class), endian(info.data))
+		return "", elfInfo{}, false
+	}
+	return t.resolved, linfo, true
 }

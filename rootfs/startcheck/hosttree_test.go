@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 )
 
@@ -22,6 +23,9 @@ func (d dirFS) Lstat(p string) (Entry, error) {
 		return Entry{}, err
 	}
 	e := Entry{Mode: fi.Mode()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		e.UID, e.GID = st.Uid, st.Gid
+	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		if e.Target, err = os.Readlink(filepath.Join(string(d), p)); err != nil {
 			return Entry{}, err
@@ -42,6 +46,15 @@ func (d dirFS) ReadHead(p string, n int) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
 	return b[:k], nil
+}
+
+func (d dirFS) ReadAt(p string, b []byte, off int64) (int, error) {
+	f, err := os.Open(filepath.Join(string(d), p))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.ReadAt(b, off)
 }
 
 // TestCheckHostTree runs the check on the host's own root as the image:

@@ -49,6 +49,17 @@ func (m *memFS) ReadHead(p string, n int) ([]byte, error) {
 	return bytes.Clone(d[:min(n, len(d))]), nil
 }
 
+func (m *memFS) ReadAt(p string, b []byte, off int64) (int, error) {
+	e, ok := m.entries[p]
+	if !ok {
+		return 0, fmt.Errorf("read %q: %w", p, fs.ErrNotExist)
+	}
+	if !e.Mode.IsRegular() {
+		return 0, fmt.Errorf("read %q: not a regular file", p)
+	}
+	return bytes.NewReader(m.data[p]).ReadAt(b, off)
+}
+
 // mkdirs adds the parents of p.
 func (m *memFS) mkdirs(p string) {
 	for d := path.Dir(p); d != "/"; d = path.Dir(d) {
@@ -87,19 +98,25 @@ type elfOpts struct {
 	pad     int    // bytes between the program headers and the loader path
 }
 
+// elfDefaults fills the identification a crafted ELF leaves out: 64-bit,
+// little-endian, of type defaultType.
+func elfDefaults(class *elf.Class, order *binary.ByteOrder, typ *elf.Type, defaultType elf.Type) {
+	if *class == 0 {
+		*class = elf.ELFCLASS64
+	}
+	if *order == nil {
+		*order = binary.LittleEndian
+	}
+	if *typ == 0 {
+		*typ = defaultType
+	}
+}
+
 // mkELF crafts a minimal ELF: header, a PT_LOAD and an optional
 // PT_INTERP program header, the loader path. Enough for the kernel's and
 // the check's header reading; there is no code.
 func mkELF(o elfOpts) []byte {
-	if o.class == 0 {
-		o.class = elf.ELFCLASS64
-	}
-	if o.order == nil {
-		o.order = binary.LittleEndian
-	}
-	if o.typ == 0 {
-		o.typ = elf.ET_EXEC
-	}
+	elfDefaults(&o.class, &o.order, &o.typ, elf.ET_EXEC)
 	var b bytes.Buffer
 	w := func(v any) { _ = binary.Write(&b, o.order, v) }
 	data := elf.ELFDATA2LSB

@@ -64,21 +64,29 @@ func TestEnvName(t *testing.T) {
 }
 
 func TestParseELF(t *testing.T) {
+	// ident is what the tests compare of an elfInfo.
+	type ident struct {
+		class   elf.Class
+		data    elf.Data
+		machine elf.Machine
+		typ     elf.Type
+		interp  string
+	}
 	tests := []struct {
 		name string
 		in   []byte
-		want elfInfo
+		want ident
 	}{
-		{"Amd64Dynamic", amd64Dyn, elfInfo{elf.ELFCLASS64, elf.ELFDATA2LSB, elf.EM_X86_64, elf.ET_DYN, amd64Loader}},
-		{"Arm64Static", arm64Static, elfInfo{elf.ELFCLASS64, elf.ELFDATA2LSB, elf.EM_AARCH64, elf.ET_EXEC, ""}},
+		{"Amd64Dynamic", amd64Dyn, ident{elf.ELFCLASS64, elf.ELFDATA2LSB, elf.EM_X86_64, elf.ET_DYN, amd64Loader}},
+		{"Arm64Static", arm64Static, ident{elf.ELFCLASS64, elf.ELFDATA2LSB, elf.EM_AARCH64, elf.ET_EXEC, ""}},
 		{"I386Dynamic", mkELF(elfOpts{class: elf.ELFCLASS32, machine: elf.EM_386, interp: "/lib/ld-linux.so.2"}),
-			elfInfo{elf.ELFCLASS32, elf.ELFDATA2LSB, elf.EM_386, elf.ET_EXEC, "/lib/ld-linux.so.2"}},
+			ident{elf.ELFCLASS32, elf.ELFDATA2LSB, elf.EM_386, elf.ET_EXEC, "/lib/ld-linux.so.2"}},
 		{"S390xBigEndian", mkELF(elfOpts{machine: elf.EM_S390, order: binary.BigEndian, interp: "/lib/ld64.so.1"}),
-			elfInfo{elf.ELFCLASS64, elf.ELFDATA2MSB, elf.EM_S390, elf.ET_EXEC, "/lib/ld64.so.1"}},
+			ident{elf.ELFCLASS64, elf.ELFDATA2MSB, elf.EM_S390, elf.ET_EXEC, "/lib/ld64.so.1"}},
 	}
 	for _, tt := range tests {
-		got, err := parseELF(tt.in)
-		if err != nil || got != tt.want {
+		info, err := parseELF(tt.in)
+		if got := (ident{info.class, info.data, info.machine, info.typ, info.interp}); err != nil || got != tt.want {
 			t.Errorf("parseELF(%s) = %+v, %v, want %+v", tt.name, got, err, tt.want)
 		}
 	}

@@ -95,21 +95,37 @@ func (e *resolveError) Error() string {
 // their directory, ".." stopping at the root. It returns the resolved
 // path and its entry. Its work counts against the check's bounds.
 func (c *checker) resolve(p string) (string, Entry, *resolveError) {
-	start := path.Clean("/" + p)
+	resolved, e, _, err := c.walk(p)
+	return resolved, e, err
+}
+
+// walk is resolve that also returns the first directory on the way that
+// the check's user may not search ("" when it may search them all): the
+// kernel fails the path with EACCES there, once the walk is over. It
+// takes ".." in p as the kernel does, from the directory reached (a path
+// a loader builds, "$ORIGIN/../lib", is not clean).
+func (c *checker) walk(p string) (resolved string, last Entry, denied string, rerr *resolveError) {
+	start := p
+	if !path.IsAbs(start) {
+		start = "/" + start
+	}
 	if len(start) >= pathMax {
-		return "", Entry{}, &resolveError{kind: errTooLong, start: start,
+		return "", Entry{}, "", &resolveError{kind: errTooLong, start: start,
 			detail: fmt.Sprintf("path of %d bytes, longer than the %d the kernel accepts", len(start), pathMax-1)}
 	}
 	cur := "/"
 	rest := components(splitPath(start), "", "")
 	links := 0
 	if lerr := c.spend(start, false); lerr != nil {
-		return "", Entry{}, lerr
+		return "", Entry{}, "", lerr
 	}
 	last, err := c.fs.Lstat("/")
 	if err != nil {
-		return "", Entry{}, &resolveError{kind: errRead, start: start, at: "/", err: err}
+		return "", Entry{}, "", &resolveError{kind: errRead, start: start, at: "/", err: err}
 	}
+	// dirs are the entries of cur and of the directories above it, for
+	// the search permission of each lookup.
+	dirs := []Entry{last}
 	for len(rest) > 0 {
 		cm := rest[0]
 		rest = rest[1:]
@@ -120,63 +136,73 @@ func (c *checker) resolve(p string) (string, Entry, *resolveError) {
 		case "..":
 			// cur is a directory already checked; its parent is too.
 			cur = path.Dir(cur)
+			if len(dirs) > 1 {
+				dirs = dirs[:len(dirs)-1]
+			}
 			continue
 		}
 		if len(comp) > nameMax {
-			return "", Entry{}, &resolveError{kind: errTooLong, start: start,
+			return "", Entry{}, "", &resolveError{kind: errTooLong, start: start,
 				detail: fmt.Sprintf("name %s of %d bytes, longer than the %d a file name can have", quote(comp), len(comp), nameMax)}
 		}
 		next := path.Join(cur, comp)
 		if len(next) >= pathMax {
 			// The kernel would go on (it walks dentries, not strings);
 			// the check stops rather than build ever longer paths.
-			return "", Entry{}, c.stop(&resolveError{kind: errLimit, start: start,
+			return "", Entry{}, "", c.stop(&resolveError{kind: errLimit, start: start,
 				detail: fmt.Sprintf("symlinks lead to a path longer than %d bytes, where the check stops", pathMax-1)})
 		}
 		if lerr := c.spend(start, false); lerr != nil {
-			return "", Entry{}, lerr
+			return "", Entry{}, "", lerr
+		}
+		if denied == "" && !c.acct.may(dirs[len(dirs)-1], permExec) {
+			denied = cur
 		}
 		e, err := c.fs.Lstat(next)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return "", Entry{}, &resolveError{kind: errNotExist, start: start, at: next, links: links, link: cm.link, target: cm.target}
+				return "", Entry{}, "", &resolveError{kind: errNotExist, start: start, at: next, links: links, link: cm.link, target: cm.target}
 			}
-			return "", Entry{}, &resolveError{kind: errRead, start: start, at: next, links: links, err: err}
+			return "", Entry{}, "", &resolveError{kind: errRead, start: start, at: next, links: links, err: err}
 		}
 		if e.Mode&fs.ModeSymlink != 0 {
 			links++
 			if links > maxLinks {
-				return "", Entry{}, &resolveError{kind: errLoop, start: start, at: next, links: links}
+				return "", Entry{}, "", &resolveError{kind: errLoop, start: start, at: next, links: links}
 			}
 			if lerr := c.spend(start, true); lerr != nil {
-				return "", Entry{}, lerr
+				return "", Entry{}, "", lerr
 			}
 			if len(e.Target) >= pathMax {
-				return "", Entry{}, &resolveError{kind: errTooLong, start: start,
+				return "", Entry{}, "", &resolveError{kind: errTooLong, start: start,
 					detail: fmt.Sprintf("symlink %s has a target of %d bytes, longer than the %d the kernel accepts", quote(next), len(e.Target), pathMax-1)}
 			}
 			if e.Target == "" {
-				return "", Entry{}, &resolveError{kind: errNotExist, start: start, at: next, links: links, link: next, target: e.Target}
+				return "", Entry{}, "", &resolveError{kind: errNotExist, start: start, at: next, links: links, link: next, target: e.Target}
 			}
 			if path.IsAbs(e.Target) {
-				cur = "/"
+				cur, dirs = "/", dirs[:1]
 			}
 			rest = append(components(splitPath(e.Target), next, e.Target), rest...)
 			continue
 		}
 		if len(rest) > 0 && !e.Mode.IsDir() {
-			return "", Entry{}, &resolveError{kind: errNotDir, start: start, at: next, links: links}
+			return "", Entry{}, "", &resolveError{kind: errNotDir, start: start, at: next, links: links}
 		}
 		cur, last = next, e
+		if e.Mode.IsDir() {
+			dirs = append(dirs, e)
+		}
 	}
-	return cur, last, nil
+	return cur, last, denied, nil
 }
 
 // spend counts one FS.Lstat, or with link one symlink followed, against
 // the check's bounds; past them it returns an errLimit for the resolution
 // of start, as it does for every later one. A PATH search (searching)
 // stops at half the bounds, so that the command found, its interpreter,
-// the user and the envd are checked whatever the PATH.
+// the user and the envd are checked whatever the PATH; loading libraries
+// (inLibraries) at three quarters, so that the envd is.
 func (c *checker) spend(start string, link bool) *resolveError {
 	if link {
 		c.links++
@@ -193,6 +219,10 @@ func (c *checker) spend(start string, link bool) *resolveError {
 		return &resolveError{kind: errLimit, start: start, detail: fmt.Sprintf("more than %d lookups in one PATH search", maxLookups/2)}
 	case c.searching && c.links > maxLinkSteps/2:
 		return &resolveError{kind: errLimit, start: start, detail: fmt.Sprintf("more than %d symlinks followed in one PATH search", maxLinkSteps/2)}
+	case c.inLibraries && c.lookups > maxLookups*3/4:
+		detail = fmt.Sprintf("more than %d lookups for libraries in one check", maxLookups*3/4)
+	case c.inLibraries && c.links > maxLinkSteps*3/4:
+		detail = fmt.Sprintf("more than %d symlinks followed for libraries in one check", maxLinkSteps*3/4)
 	default:
 		return nil
 	}

@@ -85,7 +85,7 @@ func (c *checker) checkScript(lbl string, head []byte) string {
 	}
 	crlf := "the script has CRLF (Windows) line endings; convert it to LF"
 	p := cleanAbs(c.wd, sb.interp)
-	resolved, e, rerr := c.resolve(p)
+	t, rerr := c.lookup(p)
 	if rerr != nil {
 		before, crlfEnded := strings.CutSuffix(sb.interp, "\r")
 		switch {
@@ -99,8 +99,8 @@ func (c *checker) checkScript(lbl string, head []byte) string {
 		}
 		return ""
 	}
-	ilbl := fmt.Sprintf("%s: interpreter %s", lbl, label(p, resolved))
-	c.checkTarget(ilbl, resolved, e, 1)
+	ilbl := fmt.Sprintf("%s: interpreter %s", lbl, label(p, t.resolved))
+	c.checkTarget(ilbl, t, 1)
 	if path.Base(sb.interp) != "env" {
 		if strings.HasSuffix(sb.arg, "\r") {
 			c.warn("%s: the \"#!\" argument %s ends in \\r; %s", lbl, quote(sb.arg), crlf)
@@ -115,10 +115,10 @@ func (c *checker) checkScript(lbl string, head []byte) string {
 		c.fail("%s: \"#!%s %s\" runs %s (ending in \\r), which env cannot find; %s", lbl, sb.interp, before, quote(name), crlf)
 		return ""
 	}
-	found, nresolved, ne, ok := c.lookPath(name, fmt.Sprintf("%s: \"#!%s %s\": command %s", lbl, sb.interp, sb.arg, quote(name)))
+	nt, ok := c.lookPath(name, fmt.Sprintf("%s: \"#!%s %s\": command %s", lbl, sb.interp, sb.arg, quote(name)))
 	if !ok {
 		return ""
 	}
-	c.checkTarget(fmt.Sprintf("%s: interpreter %s", lbl, label(found, nresolved)), nresolved, ne, 1)
-	return found
+	c.checkTarget(fmt.Sprintf("%s: interpreter %s", lbl, label(nt.path, nt.resolved)), nt, 1)
+	return nt.path
 }
