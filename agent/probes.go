@@ -263,9 +263,7 @@ func (a *Agent) verbose(w http.ResponseWriter, r *http.Request) (verbose, ok boo
 	if !asked && r.Header.Get(api.TokenHeader) == "" {
 		return false, true
 	}
-	m := a.config().Master
-	if status, msg := (api.TokenPolicy{Token: m.Token, Insecure: m.InsecureNoToken}).Check(r); status != 0 {
-		writeError(w, status, msg)
+	if !a.admit(w, r) {
 		return false, false
 	}
 	return true, true

@@ -112,16 +112,24 @@ func writeRetryLater(w http.ResponseWriter, status int, msg string) {
 	writeError(w, status, msg)
 }
 
-// authorized applies the shared-token rule, reading the policy per request.
+// authorized applies the shared-token rule to h's requests.
 func (a *Agent) authorized(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m := a.config().Master
-		if status, msg := (api.TokenPolicy{Token: m.Token, Insecure: m.InsecureNoToken}).Check(r); status != 0 {
-			writeError(w, status, msg)
-			return
+		if a.admit(w, r) {
+			h(w, r)
 		}
-		h(w, r)
 	})
+}
+
+// admit applies the shared-token rule to r, reading the policy per
+// request; a refusal is answered here.
+func (a *Agent) admit(w http.ResponseWriter, r *http.Request) bool {
+	m := a.config().Master
+	if status, msg := (api.TokenPolicy{Token: m.Token, Insecure: m.InsecureNoToken}).Check(r); status != 0 {
+		writeError(w, status, msg)
+		return false
+	}
+	return true
 }
 
 // readBody reads a request body up to the configured limit, answering 413
