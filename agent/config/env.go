@@ -86,11 +86,17 @@ var envOverrides = []envOverride{
 	}},
 }
 
+// allEnvOverrides are every section's environment overrides, in the order
+// they apply.
+func allEnvOverrides() []envOverride {
+	return slices.Concat(envOverrides, artifactStoreEnv, replicasEnv, upstreamEnv)
+}
+
 // EnvNames returns the environment variables that set the setting key,
 // the preferred name first; none for a setting only the file holds.
 func EnvNames(key string) []string {
 	var names []string
-	for _, o := range slices.Concat(envOverrides, artifactStoreEnv, replicasEnv, upstreamEnv) {
+	for _, o := range allEnvOverrides() {
 		if o.key == key {
 			names = append(names, o.names...)
 		}
@@ -103,56 +109,68 @@ func EnvNames(key string) []string {
 // names disagree. Upstream variables TC has no use for are reported
 // ignored. Parse errors are recorded and surface from Validate.
 func (c *Config) applyEnv(env Env, rep *Report) {
-	for _, o := range slices.Concat(envOverrides, artifactStoreEnv, replicasEnv, upstreamEnv) {
-		var used, usedValue string
-		for i, name := range o.names {
-			v, ok := env(name)
-			if !ok || strings.TrimSpace(v) == "" {
-				continue
-			}
-			raw := v
-			v = strings.TrimSpace(v)
-			if used != "" {
-				if v != usedValue {
-					rep.warn(true, "%s=%q and %s=%q disagree: %s wins", used, usedValue, name, v, used)
-				}
-				continue
-			}
-			used, usedValue = name, v
-			if o.raw {
-				v = raw
-			}
-			err := o.set(c, name, v)
-			var fb *fellBack
-			switch {
-			case errors.As(err, &fb):
-				// Upstream's rule decided: a warning, never an error.
-				rep.warn(true, "%s=%q is %s", name, safetext.Redact(raw), fb.note)
-				if !fb.applied {
-					continue
-				}
-			case err != nil:
-				c.envErrs = append(c.envErrs, err)
-			}
-			switch {
-			case o.fileOnly:
-				rep.warn(true, "%s is deprecated: set %s in the configuration file (the variable is applied meanwhile, over the file)", name, o.key)
-			case i > 0:
-				rep.warn(true, "%s is deprecated, use %s", name, o.names[0])
-			}
-			rep.setSource(o.key, "env "+name)
-		}
+	for _, o := range allEnvOverrides() {
+		c.applyOverride(o, env, rep)
 	}
+	warnIgnoredEnv(env, rep)
+	// Secrets come before resolve, which needs the S3 keys.
+	c.envErrs = append(c.envErrs, c.applySecrets(env, rep)...)
+	for _, w := range c.ArtifactStore.resolve(c.Store.Dir) {
+		rep.warn(false, "%s", w)
+	}
+}
+
+// applyOverride applies the first non-blank variable of o's group, as
+// applyEnv says.
+func (c *Config) applyOverride(o envOverride, env Env, rep *Report) {
+	var used, usedValue string
+	for i, name := range o.names {
+		v, ok := env(name)
+		if !ok || strings.TrimSpace(v) == "" {
+			continue
+		}
+		raw := v
+		v = strings.TrimSpace(v)
+		if used != "" {
+			if v != usedValue {
+				rep.warn(true, "%s=%q and %s=%q disagree: %s wins", used, usedValue, name, v, used)
+			}
+			continue
+		}
+		used, usedValue = name, v
+		if o.raw {
+			v = raw
+		}
+		err := o.set(c, name, v)
+		var fb *fellBack
+		switch {
+		case errors.As(err, &fb):
+			// Upstream's rule decided: a warning, never an error.
+			rep.warn(true, "%s=%q is %s", name, safetext.Redact(raw), fb.note)
+			if !fb.applied {
+				continue
+			}
+		case err != nil:
+			c.envErrs = append(c.envErrs, err)
+		}
+		switch {
+		case o.fileOnly:
+			rep.warn(true, "%s is deprecated: set %s in the configuration file (the variable is applied meanwhile, over the file)", name, o.key)
+		case i > 0:
+			rep.warn(true, "%s is deprecated, use %s", name, o.names[0])
+		}
+		rep.setSource(o.key, "env "+name)
+	}
+}
+
+// warnIgnoredEnv reports each of upstream's variables TC has no use for
+// that is set.
+func warnIgnoredEnv(env Env, rep *Report) {
 	for _, ig := range ignoredEnv {
 		for _, name := range ig.names {
 			if v, ok := env(name); ok && strings.TrimSpace(v) != "" {
 				rep.warn(true, "%s is set but ignored: %s", name, ig.why)
 			}
 		}
-	}
-	// Secrets come before resolve, which needs the S3 keys.
-	c.envErrs = append(c.envErrs, c.applySecrets(env, rep)...)
-	for _, w := range c.ArtifactStore.resolve(c.Store.Dir) {
-		rep.warn(false, "%s", w)
 	}
 }
