@@ -23,9 +23,9 @@ const LegacyPathEnv = "CUBE_MASTER_CONFIG_PATH"
 // config.strict: true and the --strict-config flag do.
 const StrictEnv = "CUBE_TEMPLATE_CENTER_STRICT_CONFIG"
 
-// Path returns the configuration file the environment names ("" for
+// configPath returns the configuration file the environment names ("" for
 // none): PathEnv, else upstream's LegacyPathEnv, with a warning then.
-func Path(env Env) (path, warning string) {
+func configPath(env Env) (path, warning string) {
 	if p, ok := env(PathEnv); ok && strings.TrimSpace(p) != "" {
 		return strings.TrimSpace(p), ""
 	}

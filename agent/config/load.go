@@ -87,7 +87,7 @@ func (r *Report) Log(logger *slog.Logger, withEnv bool) {
 func Read(env Env, opts Options) (*Config, *Report, error) {
 	rep := &Report{}
 	cfg := Default()
-	path, warning := Path(env)
+	path, warning := configPath(env)
 	if warning != "" {
 		rep.warn(true, "%s", warning)
 	}
