@@ -9,6 +9,22 @@ import (
 	"time"
 )
 
+// wantProblems reads each document of cases as the configuration file and
+// checks that the decoder or Validate refuses it with an error holding the
+// document's value, the key at fault.
+func wantProblems(t *testing.T, cases map[string]string) {
+	t.Helper()
+	for doc, want := range cases {
+		c, _, err := Parse(strings.NewReader(doc))
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("config %q: error %v, want it to mention %q", doc, err, want)
+		}
+	}
+}
+
 func TestInvalidValuesNameTheirKey(t *testing.T) {
 	cases := map[string]string{
 		"common:\n  http_port: 70000\n":                    "common.http_port",
@@ -31,15 +47,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		"common:\n  max_concurrent_uploads: 0\n":           "common.max_concurrent_uploads",
 		"spool:\n  min_free: 120%\n":                       `spool.min_free (line 2): "120%"`,
 	}
-	for doc, want := range cases {
-		c, _, err := Parse(strings.NewReader(doc))
-		if err == nil {
-			err = c.Validate()
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("config %q: error %v, want it to mention %q", doc, err, want)
-		}
-	}
+	wantProblems(t, cases)
 	// TC's own variables are checked as its keys are (upstream's are read
 	// by upstream's rules: TestUpstreamVariableParsing).
 	_, err := Load(envOf(map[string]string{"CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT": "soon"}), slog.Default())
