@@ -94,15 +94,7 @@ func TestInstanceDBInvalidNamesKey(t *testing.T) {
 		base + "  sslmode: require\n":                                                    "instance_db_config.sslmode",
 		strings.Replace(base, "mysql", "postgres", 1) + "  sslmode: sometimes\n":         "instance_db_config.sslmode",
 	}
-	for doc, want := range cases {
-		c, _, err := Parse(strings.NewReader(doc))
-		if err == nil {
-			err = c.Validate()
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("config %q: error %v, want it to mention %q", doc, err, want)
-		}
-	}
+	wantProblems(t, cases)
 }
 
 func TestInstanceDBFieldsNameKey(t *testing.T) {

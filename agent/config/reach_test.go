@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLiftDefaultDeny: only a default denied network can be lifted, as
@@ -44,5 +45,30 @@ func TestLiftDefaultDeny(t *testing.T) {
 	_, rep, err = Read(envOf(map[string]string{}), Options{})
 	if err != nil || len(rep.Warnings) != 0 {
 		t.Errorf("defaults: warnings %v, %v; want none", rep.Warnings, err)
+	}
+}
+
+func TestRegistryNetworks(t *testing.T) {
+	c := Default()
+	if c.Build.StallTimeout != 5*time.Minute {
+		t.Errorf("build.stall_timeout default = %s, want 5m", c.Build.StallTimeout)
+	}
+	if c.Build.MinTransferRate != 1<<10 {
+		t.Errorf("build.min_transfer_rate default = %s, want 1KiB", c.Build.MinTransferRate)
+	}
+	n, err := c.Registry.Networks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing added, lifted or allowed: the defaults alone apply.
+	if n.Deny != nil || n.Lift != nil || n.Allow != nil {
+		t.Errorf("default networks: %+v, want none set", n)
+	}
+	c, _, err = Parse(strings.NewReader("registry:\n  deny_networks: [10.0.0.0/8]\n  lift_default_deny: [169.254.0.0/16]\n  allow_networks: [10.0.0.0/8, \"fd00::/8\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err = c.Registry.Networks(); err != nil || len(n.Deny) != 1 || len(n.Lift) != 1 || len(n.Allow) != 2 {
+		t.Errorf("Networks() = %+v, %v; want one added, one lifted, two allowed", n, err)
 	}
 }

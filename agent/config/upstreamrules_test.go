@@ -157,12 +157,10 @@ func TestUpstreamVariableParsing(t *testing.T) {
 		}
 	}
 	// A new variable must say whose it is.
-	for _, group := range [][]envOverride{envOverrides, artifactStoreEnv, replicasEnv, upstreamEnv} {
-		for _, o := range group {
-			for _, name := range o.names {
-				if !slices.Contains(upstreamVars, name) && !slices.Contains(tcOnlyVars, name) {
-					t.Errorf("%s (%s) is neither in upstreamVars nor in tcOnlyVars", name, o.key)
-				}
+	for _, o := range allEnvOverrides() {
+		for _, name := range o.names {
+			if !slices.Contains(upstreamVars, name) && !slices.Contains(tcOnlyVars, name) {
+				t.Errorf("%s (%s) is neither in upstreamVars nor in tcOnlyVars", name, o.key)
 			}
 		}
 	}
