@@ -123,9 +123,13 @@ func (b Build) validateBounds(p *problems) {
 	if b.MaxEntries < 1 {
 		p.add("build.max_entries", "%d is not a positive count", b.MaxEntries)
 	}
-	for key, v := range map[string]ByteSize{"build.max_tree_memory": b.MaxTreeMemory, "build.max_image_size": b.MaxImageSize} {
-		if v < 1<<20 {
-			p.add(key, "%s is below 1MiB", v)
+	sizes := []struct {
+		key string
+		v   ByteSize
+	}{{"build.max_tree_memory", b.MaxTreeMemory}, {"build.max_image_size", b.MaxImageSize}}
+	for _, s := range sizes {
+		if s.v < 1<<20 {
+			p.add(s.key, "%s is below 1MiB", s.v)
 		}
 	}
 }
@@ -133,10 +137,12 @@ func (b Build) validateBounds(p *problems) {
 // validatePaths checks that the files and directories TC opens are named by
 // absolute paths.
 func (c *Config) validatePaths(p *problems) {
-	for key, path := range map[string]string{"store.dir": c.Store.Dir, "store.work_dir": c.Store.WorkDir,
-		"spool.path": c.Spool.Path, "build.ca_path": c.Build.CAPath} {
-		if !strings.HasPrefix(path, "/") {
-			p.add(key, "%q is not an absolute path", path)
+	// A slice, not a map: problems come in the same order every time.
+	paths := []struct{ key, path string }{{"store.dir", c.Store.Dir}, {"store.work_dir", c.Store.WorkDir},
+		{"spool.path", c.Spool.Path}, {"build.ca_path", c.Build.CAPath}}
+	for _, f := range paths {
+		if !strings.HasPrefix(f.path, "/") {
+			p.add(f.key, "%q is not an absolute path", f.path)
 		}
 	}
 }

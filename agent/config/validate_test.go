@@ -65,8 +65,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 
 // TestValidateReportsInOrder: with every check failing, Validate names the
 // keys in one fixed order (the environment's errors first, the sections
-// with their own validation last), as check-config prints them. Of the
-// checks over a set of keys in no order (sizes, paths), one key fails.
+// with their own validation last), as check-config prints them.
 func TestValidateReportsInOrder(t *testing.T) {
 	c := Default()
 	c.envErrs = []error{errors.New("CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT: bad")}
@@ -80,8 +79,8 @@ func TestValidateReportsInOrder(t *testing.T) {
 	c.Master.ProgressAttempts, c.Common.MaxConcurrentUploads = 0, 0
 	c.Build.MaxConcurrentBuilds, c.Build.QueueSize, c.Build.MaxAttempts, c.Build.DownloadJobs = 0, 0, 0, 0
 	c.Build.HeadroomPercent, c.Build.HeadroomInodes = -1, -1
-	c.Build.MinTransferRate, c.Build.MaxEntries, c.Build.MaxTreeMemory = 0, 0, 1
-	c.Store.Dir = "relative"
+	c.Build.MinTransferRate, c.Build.MaxEntries, c.Build.MaxTreeMemory, c.Build.MaxImageSize = 0, 0, 1, 1
+	c.Store.Dir, c.Store.WorkDir, c.Spool.Path, c.Build.CAPath = "relative", "r", "r", "r"
 	c.Registry.DenyNetworks, c.Registry.LocalRoots = []string{"10.0.0/8"}, []string{"relative"}
 	c.Build.StartCheck, c.Build.Platform = "maybe", "linux"
 	c.ArtifactStore.Attempts = 0
@@ -109,8 +108,8 @@ func TestValidateReportsInOrder(t *testing.T) {
 		"master.progress_attempts", "common.max_concurrent_uploads",
 		"build.max_concurrent_builds", "build.queue_size", "build.max_attempts", "build.download_jobs",
 		"build.headroom_percent", "build.headroom_inodes",
-		"build.min_transfer_rate", "build.max_entries", "build.max_tree_memory",
-		"store.dir",
+		"build.min_transfer_rate", "build.max_entries", "build.max_tree_memory", "build.max_image_size",
+		"store.dir", "store.work_dir", "spool.path", "build.ca_path",
 		"registry.deny_networks", "registry.local_roots",
 		"build.start_check", "build.platform",
 		"artifact_store.attempts", "instance_db_config.driver", "replicas.orphan_age", "redis.nodes",
