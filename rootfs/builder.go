@@ -168,10 +168,10 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 	return art, nil
 }
 
-// write produces the image in f: layers, injections, metadata, hash;
-// cached tells that no layer had to be downloaded. On an error no write
-// to f is in flight when it returns, so the caller's Discard gives the
-// space back at once.
+// write produces the image in f: layers, injections, start check,
+// metadata, hash; cached tells that no layer had to be downloaded. On an
+// error no write to f is in flight when it returns, so the caller's
+// Discard gives the space back at once.
 func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.Layers, cached bool, progress ProgressFunc) (art *Artifact, err error) {
 	img := spec.Image
 	stamp := img.Created
@@ -180,16 +180,9 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	}
 	large := directData(img.CompressedSize)
 	direct := b.opts.DirectIO && large && cached
-	w, err := ext4.NewWriter(f, ext4.Options{
-		BufferedData: !direct,
-		UUID:         derive("uuid", spec.Fingerprint), HashSeed: derive("hash-seed", spec.Fingerprint),
-		Label: "cube-rootfs", Time: stamp, JournalBlocks: journalBlocks(img.CompressedSize),
-		HeadroomPercent: uint32(b.opts.HeadroomPercent), HeadroomMinBlocks: 1024, HeadroomInodes: uint32(b.opts.HeadroomInodes),
-		NoSync:      true, // flushed below while the image is hashed
-		ConsumeTree: true, // the tree is not used after Finish
-	})
+	w, err := b.newImageWriter(f, spec, stamp, direct)
 	if err != nil {
-		return nil, fmt.Errorf("start ext4 image: %w", err)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -201,6 +194,50 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	defer paced.done()
 	tree := flatten.New(store, flatten.Options{RootTime: stamp, Limits: flatten.Limits{
 		MaxEntries: b.opts.Limits.MaxEntries, MaxMemory: b.opts.Limits.MaxTreeMemory}, Grow: paced.grow})
+	if err := b.applyLayers(ctx, tree, layers, progress); err != nil {
+		return nil, err
+	}
+	art = &Artifact{ID: spec.ArtifactID, Path: b.opts.Store.ArtifactPath(spec.ArtifactID)}
+	if err := injectEnvdAndCA(ctx, tree, spec, stamp, art); err != nil {
+		return nil, err
+	}
+	// The tree is complete and still in memory: check that its start
+	// command can run before the image is finished and published.
+	if err := checkStart(ctx, tree, store, spec, art); err != nil {
+		return nil, err
+	}
+	if err := store.checkFree(0); err != nil {
+		return nil, fmt.Errorf("write ext4 metadata: %w", err)
+	}
+	paced.grow(tree.Memory())
+	if art.SHA256, art.Size, err = b.finishImage(ctx, f, w, tree, paced, direct, large); err != nil {
+		return nil, err
+	}
+	return art, nil
+}
+
+// newImageWriter starts the ext4 image of spec in f, its identity derived
+// from the fingerprint and its times from stamp; direct writes its data
+// past the page cache.
+func (b *Builder) newImageWriter(f *os.File, spec Spec, stamp time.Time, direct bool) (*ext4.Writer, error) {
+	w, err := ext4.NewWriter(f, ext4.Options{
+		BufferedData: !direct,
+		UUID:         derive("uuid", spec.Fingerprint), HashSeed: derive("hash-seed", spec.Fingerprint),
+		Label: "cube-rootfs", Time: stamp, JournalBlocks: journalBlocks(spec.Image.CompressedSize),
+		HeadroomPercent: uint32(b.opts.HeadroomPercent), HeadroomMinBlocks: 1024, HeadroomInodes: uint32(b.opts.HeadroomInodes),
+		NoSync:      true, // flushed by finishImage while the image is hashed
+		ConsumeTree: true, // the tree is not used after Finish
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start ext4 image: %w", err)
+	}
+	return w, nil
+}
+
+// applyLayers applies the layers onto tree, bottom first, each one
+// decompressing ahead while the one below it is applied, and waits for
+// their downloads to end.
+func (b *Builder) applyLayers(ctx context.Context, tree *flatten.Tree, layers *oci.Layers, progress ProgressFunc) error {
 	n := layers.Len()
 	next := startLayer(ctx, layers, 0, readAheadCurrent, b.chunks, b.opts.Pull.Gzip)
 	defer func() {
@@ -224,60 +261,89 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 			// The layer streamed while it downloaded and the download
 			// failed: its error says why, not the tar reader's.
 			if ferr := layers.Wait(); ferr != nil {
-				return nil, fmt.Errorf("fetch layers: %w", ferr)
+				return fmt.Errorf("fetch layers: %w", ferr)
 			}
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		progress(Progress{Percent: percentLayers + (percentFinish-percentLayers)*(i+1)/n})
 	}
 	if err := layers.Wait(); err != nil {
-		return nil, fmt.Errorf("fetch layers: %w", err)
+		return fmt.Errorf("fetch layers: %w", err)
 	}
+	return nil
+}
+
+// injectEnvdAndCA installs spec's envd and bakes its egress CA into tree;
+// art records what the CA's baking wrote.
+func injectEnvdAndCA(ctx context.Context, tree *flatten.Tree, spec Spec, stamp time.Time, art *Artifact) error {
 	if spec.Envd != nil {
 		if err := inject.Envd(ctx, tree, spec.Envd, stamp); err != nil {
-			return nil, fmt.Errorf("inject envd: %w", err)
+			return fmt.Errorf("inject envd: %w", err)
 		}
 	}
-	art = &Artifact{ID: spec.ArtifactID, Path: b.opts.Store.ArtifactPath(spec.ArtifactID)}
 	if spec.CA != nil {
 		res, err := inject.BakeCA(ctx, tree, spec.CA, stamp)
 		if err != nil {
-			return nil, fmt.Errorf("bake cube egress CA: %w", err)
+			return fmt.Errorf("bake cube egress CA: %w", err)
 		}
 		if !res.Baked {
-			return nil, fmt.Errorf("bake cube egress CA: nothing written and the CA is not in the image (skipped: %v)", res.Skipped)
+			return fmt.Errorf("bake cube egress CA: nothing written and the CA is not in the image (skipped: %v)", res.Skipped)
 		}
 		art.CABaked, art.CATargets = true, res.TargetsWritten
 	}
-	// The tree is complete and still in memory: check that its start
-	// command can run before the image is finished and published.
-	if mode := spec.StartCheck; mode != StartCheckOff {
-		cctx, endCheck := startSpan(ctx, SpanStartCheck)
-		res := checkTree(tree, store, img, spec.Envd != nil, spec.Start)
-		trace.SpanFromContext(cctx).SetAttributes(attribute.String("start_check.result", res.Result),
-			attribute.Int("start_check.libraries", len(res.Libraries)+res.LibrariesOmitted))
-		if res.Failed() && mode != StartCheckWarn {
-			err := &StartCheckError{Result: res}
-			endCheck(err)
-			return nil, err
-		}
-		endCheck(nil)
-		art.StartCheck = &res
+	return nil
+}
+
+// checkStart runs the start check spec asks for on the complete tree and
+// records its result in art; a check that fails the build is a
+// *StartCheckError.
+func checkStart(ctx context.Context, tree *flatten.Tree, store flatten.DataStore, spec Spec, art *Artifact) error {
+	mode := spec.StartCheck
+	if mode == StartCheckOff {
+		return nil
 	}
-	if err := store.checkFree(0); err != nil {
-		return nil, fmt.Errorf("write ext4 metadata: %w", err)
+	cctx, endCheck := startSpan(ctx, SpanStartCheck)
+	res := checkTree(tree, store, spec.Image, spec.Envd != nil, spec.Start)
+	trace.SpanFromContext(cctx).SetAttributes(attribute.String("start_check.result", res.Result),
+		attribute.Int("start_check.libraries", len(res.Libraries)+res.LibrariesOmitted))
+	if res.Failed() && mode != StartCheckWarn {
+		err := &StartCheckError{Result: res}
+		endCheck(err)
+		return err
 	}
-	paced.grow(tree.Memory())
+	endCheck(nil)
+	art.StartCheck = &res
+	return nil
+}
+
+// finishImage writes tree's ext4 metadata through w, which frees the tree
+// (paced is done), and hashes the image in f while the disk syncs it. A
+// large image written through the page cache leaves it afterwards.
+func (b *Builder) finishImage(ctx context.Context, f *os.File, w *ext4.Writer, tree *flatten.Tree, paced *pacedBuild, direct, large bool) (sum string, size int64, err error) {
 	ectx, endExt4 := startSpan(ctx, SpanExt4)
 	defer func() { endExt4(err) }()
 	stats, err := w.Finish(ectx, tree.Root())
 	paced.done() // the tree and the plan are garbage now
 	if err != nil {
-		return nil, fmt.Errorf("write ext4 metadata: %w", err)
+		return "", 0, fmt.Errorf("write ext4 metadata: %w", err)
 	}
-	// Hashing reads the page cache while the disk flushes: overlap them.
+	if sum, err = b.hashWhileSyncing(ctx, f, direct); err != nil {
+		return "", 0, err
+	}
+	if large && !direct {
+		// A large image written through the page cache while its layers
+		// downloaded: synced and hashed, its pages are dropped, as direct
+		// I/O would have left them, for the memory the node's sandboxes use.
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	}
+	return sum, stats.Size, nil
+}
+
+// hashWhileSyncing hashes the image in f while the disk flushes it:
+// hashing reads the page cache, so the two overlap.
+func (b *Builder) hashWhileSyncing(ctx context.Context, f *os.File, direct bool) (string, error) {
 	type hashed struct {
 		sum string
 		err error
@@ -291,18 +357,11 @@ func (b *Builder) write(ctx context.Context, f *os.File, spec Spec, layers *oci.
 	h := <-done
 	switch {
 	case syncErr != nil:
-		return nil, fmt.Errorf("sync image: %w", syncErr)
+		return "", fmt.Errorf("sync image: %w", syncErr)
 	case h.err != nil:
-		return nil, h.err
+		return "", h.err
 	}
-	if large && !direct {
-		// A large image written through the page cache while its layers
-		// downloaded: synced and hashed, its pages are dropped, as direct
-		// I/O would have left them, for the memory the node's sandboxes use.
-		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-	}
-	art.SHA256, art.Size = h.sum, stats.Size
-	return art, nil
+	return h.sum, nil
 }
 
 // Read-ahead of a layer's uncompressed stream: the first layer, and each

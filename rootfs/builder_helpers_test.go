@@ -97,25 +97,28 @@ func newBuilder(t testing.TB, opts rootfs.Options) *rootfs.Builder {
 	return b
 }
 
-// specOf makes the build spec of img the way the agent does: the
-// fingerprint by upstream's formula, the artifact id from it.
+// specOf makes the build spec of img the way the agent does: planned
+// (rootfs.Plan) with the request's naming, the fingerprint by upstream's
+// formula and the artifact id from it.
 func specOf(img *rootfs.Image, ref string, envd []byte, ca *rootfs.CA) rootfs.Spec {
-	envdSHA, caFP := "", ""
+	req := api.Build{Template: api.TemplateRequest{SourceImageRef: ref, WritableLayerSize: "1Gi", InstanceType: "cubebox"}}
 	if envd != nil {
 		sum := sha256.Sum256(envd)
-		envdSHA = hex.EncodeToString(sum[:])
+		req.EnvdSHA = hex.EncodeToString(sum[:])
 	}
-	if ca != nil {
-		caFP = ca.Fingerprint
-	}
-	tmpl := api.TemplateRequest{SourceImageRef: ref, WritableLayerSize: "1Gi", InstanceType: "cubebox"}
-	fp, err := api.Fingerprint(&tmpl, img.Digest, caFP, envdSHA)
+	spec, err := rootfs.Plan(context.Background(), loadedCA{ca}, img, ca != nil, req.Name)
 	if err != nil {
 		// specOf runs in build goroutines too, where t.Fatal may not.
 		panic(err)
 	}
-	return rootfs.Spec{Image: img, ArtifactID: api.ArtifactID(fp), Fingerprint: fp, Envd: envd, CA: ca}
+	spec.Envd = envd
+	return spec
 }
+
+// loadedCA hands out a CA the test loaded already.
+type loadedCA struct{ ca *rootfs.CA }
+
+func (l loadedCA) LoadCA(context.Context) (*rootfs.CA, error) { return l.ca, nil }
 
 // progressLog records the progress reports of one build.
 type progressLog struct {

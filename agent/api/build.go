@@ -162,6 +162,18 @@ func Fingerprint(t *TemplateRequest, sourceImageDigest, caFingerprint, envdSHA s
 	return hex.EncodeToString(sum[:]), nil
 }
 
+// Name names the build of b from what only resolving its image and loading
+// the egress CA tell: the image's digest and the CA's fingerprint ("" for
+// a build without the CA). It returns the template spec's fingerprint and
+// the artifact ID derived from it.
+func (b *Build) Name(sourceImageDigest, caFingerprint string) (fingerprint, artifactID string, err error) {
+	fingerprint, err = Fingerprint(&b.Template, sourceImageDigest, caFingerprint, b.EnvdSHA)
+	if err != nil {
+		return "", "", err
+	}
+	return fingerprint, ArtifactID(fingerprint), nil
+}
+
 // ArtifactID names the artifact of a fingerprint: deterministic, so the same
 // spec always lands at the same path.
 func ArtifactID(fingerprint string) string { return "rfs-" + fingerprint[:24] }

@@ -96,56 +96,23 @@ func (e *Executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.
 // it returns the phase that failed.
 func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	e := r.e
-	t := &r.build.Template
-
-	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
-	img, err := tracing.Run(ctx, tracing.SpanPrepareSource, func(ctx context.Context) (*rootfs.Image, error) {
-		return e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
-	})
+	spec, phase, err := r.plan(ctx)
 	if err != nil {
-		return nil, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
+		return nil, phase, err
 	}
-	// Refused before any layer is fetched: the BUILT report could never
-	// be registered.
-	if cfg, err := json.Marshal(img.Config); err != nil || len(cfg) > api.MaxImageConfigJSON {
-		return nil, api.PhasePulling, fmt.Errorf("image %s: its configuration (Entrypoint, Cmd, Env, WorkingDir, User) is %d bytes "+
-			"as image_config_json, over the %d bytes CubeMaster can store", safetext.Name(t.SourceImageRef), len(cfg), api.MaxImageConfigJSON)
-	}
-
-	r.setPhase(ctx, api.PhaseUnpacking, api.ProgressUnpacking)
-	var ca *rootfs.CA
-	if t.WantsCA() {
-		if ca, err = e.builder.LoadCA(ctx); err != nil {
-			return nil, api.PhaseUnpacking, fmt.Errorf("load cube egress CA: %w", err)
-		}
-	}
-	caFP := ""
-	if ca != nil {
-		caFP = ca.Fingerprint
-	}
-	fp, err := api.Fingerprint(t, img.Digest, caFP, r.build.EnvdSHA)
-	if err != nil {
-		return nil, api.PhaseUnpacking, err
-	}
-	artifactID := api.ArtifactID(fp)
-	r.log = r.log.With("artifact_id", artifactID)
-	if err := e.jobs.SetFingerprint(ctx, r.job.ID, fp, artifactID); err != nil {
-		return nil, api.PhaseUnpacking, err
-	}
-	r.report(ctx, spool.KindFingerprint, api.FingerprintReport(artifactID, fp, img.Digest))
-
+	fp := spec.Fingerprint
 	for {
 		// Reuses run in the flight too, so that a delete of the artifact
 		// (refused while the flight holds it) waits for them as it waits for
 		// builds.
-		fl, leader, joined := r.e.join(r.agentCtx, r.limit, fp, artifactID)
+		fl, leader, joined := r.e.join(r.agentCtx, r.limit, fp, spec.ArtifactID)
 		switch {
 		case leader:
 			e.wg.Add(1)
 			go func() {
 				defer e.wg.Done()
 				// The flight's build is traced under the run that leads it.
-				built, reused, err := r.produce(trace.ContextWithSpan(fl.ctx, trace.SpanFromContext(ctx)), img, ca, fp, artifactID)
+				built, reused, err := r.produce(trace.ContextWithSpan(fl.ctx, trace.SpanFromContext(ctx)), spec)
 				var timeout buildTimeout
 				if err != nil && errors.As(context.Cause(fl.ctx), &timeout) {
 					// Whichever step it stopped in (image, upload).
@@ -188,17 +155,52 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	}
 }
 
+// plan follows the build recipe up to the build: the image resolved
+// (PULLING), then the egress CA loaded and the build named (UNPACKING,
+// rootfs.Plan), and reports the names. On error it returns the phase that
+// failed.
+func (r *jobRun) plan(ctx context.Context) (rootfs.Spec, string, error) {
+	e := r.e
+	t := &r.build.Template
+
+	r.setPhase(ctx, api.PhasePulling, api.ProgressPulling)
+	img, err := tracing.Run(ctx, tracing.SpanPrepareSource, func(ctx context.Context) (*rootfs.Image, error) {
+		return e.builder.Resolve(ctx, rootfs.Source{Ref: t.SourceImageRef, Username: t.RegistryUsername, Password: t.RegistryPassword})
+	})
+	if err != nil {
+		return rootfs.Spec{}, api.PhasePulling, fmt.Errorf("resolve image %s: %w", t.SourceImageRef, err)
+	}
+	// Refused before any layer is fetched: the BUILT report could never
+	// be registered.
+	if cfg, err := json.Marshal(img.Config); err != nil || len(cfg) > api.MaxImageConfigJSON {
+		return rootfs.Spec{}, api.PhasePulling, fmt.Errorf("image %s: its configuration (Entrypoint, Cmd, Env, WorkingDir, User) is %d bytes "+
+			"as image_config_json, over the %d bytes CubeMaster can store", safetext.Name(t.SourceImageRef), len(cfg), api.MaxImageConfigJSON)
+	}
+
+	r.setPhase(ctx, api.PhaseUnpacking, api.ProgressUnpacking)
+	spec, err := rootfs.Plan(ctx, e.builder, img, t.WantsCA(), r.build.Name)
+	if err != nil {
+		return rootfs.Spec{}, api.PhaseUnpacking, err
+	}
+	r.log = r.log.With("artifact_id", spec.ArtifactID)
+	if err := e.jobs.SetFingerprint(ctx, r.job.ID, spec.Fingerprint, spec.ArtifactID); err != nil {
+		return rootfs.Spec{}, api.PhaseUnpacking, err
+	}
+	r.report(ctx, spool.KindFingerprint, api.FingerprintReport(spec.ArtifactID, spec.Fingerprint, img.Digest))
+	return spec, "", nil
+}
+
 // produce makes the artifact of a flight r leads: artifacts.Obtain reuses
 // one or builds it (buildArtifact); reused says it found one. It touches r
 // only in memory (progress, log) and through the phase reports, never its
 // job's state in the spool: r may have been cancelled while the build goes
 // on for other jobs.
-func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*api.Built, bool, error) {
-	built, src, err := r.e.artifacts.Obtain(ctx, artifacts.Request{Fingerprint: fp, ArtifactID: artifactID,
-		Image: img, CA: ca, Log: r.log,
+func (r *jobRun) produce(ctx context.Context, spec rootfs.Spec) (*api.Built, bool, error) {
+	built, src, err := r.e.artifacts.Obtain(ctx, artifacts.Request{Fingerprint: spec.Fingerprint, ArtifactID: spec.ArtifactID,
+		Image: spec.Image, CA: spec.CA, Log: r.log,
 		Build: func(ctx context.Context) (*rootfs.Artifact, error) {
 			r.setPhase(ctx, api.PhaseBuildingExt4, api.ProgressBuilding)
-			return r.buildArtifact(ctx, img, ca, fp, artifactID)
+			return r.buildArtifact(ctx, spec)
 		},
 		Publishing: r.publishing,
 		Progress: func(share float64) {
@@ -211,14 +213,15 @@ func (r *jobRun) produce(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, 
 }
 
 // buildArtifact runs the image build of a flight r leads, under the
-// flight's context, and publishes the image in the local store.
-func (r *jobRun) buildArtifact(ctx context.Context, img *rootfs.Image, ca *rootfs.CA, fp, artifactID string) (*rootfs.Artifact, error) {
+// flight's context, and publishes the image in the local store. The start
+// check's mode is the one configured when the build starts.
+func (r *jobRun) buildArtifact(ctx context.Context, spec rootfs.Spec) (*rootfs.Artifact, error) {
 	e := r.e
 	began := time.Now()
+	spec.Envd, spec.Start = r.build.EnvdData, startOverrides(r.build.Template.ContainerOverrides)
+	spec.StartCheck = rootfs.StartCheckMode(e.settings().StartCheck)
 	art, err := tracing.Run(ctx, tracing.SpanRootfs, func(ctx context.Context) (*rootfs.Artifact, error) {
-		return e.builder.Build(ctx, rootfs.Spec{Image: img, ArtifactID: artifactID, Fingerprint: fp,
-			Envd: r.build.EnvdData, CA: ca,
-			Start: startOverrides(r.build.Template.ContainerOverrides), StartCheck: rootfs.StartCheckMode(e.settings().StartCheck)}, r.onProgress)
+		return e.builder.Build(ctx, spec, r.onProgress)
 	})
 	var failedCheck *rootfs.StartCheckError
 	switch {

@@ -62,85 +62,15 @@ written) and prints the check, unless --start-check is warn or off.`}
 
 // build makes a template image without an agent or CubeMaster.
 func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet(buildCmd)
-	image := fs.String("image", "", "image reference (registry ref, oci-layout:DIR[:TAG], docker-archive:FILE)")
-	envdPath := fs.String("envd", "", "envd binary to install at /usr/local/bin/envd")
-	caPath := fs.String("ca", "/etc/cube/ca/cube-root-ca.crt", "egress CA certificate to bake in")
-	noCA := fs.Bool("no-ca", false, "do not bake the egress CA")
-	out := fs.String("out", "out", "artifact store directory: the image lands in OUT/<artifact_id>/<artifact_id>.ext4")
-	cache := fs.String("cache", "", "layer cache directory (default: $XDG_CACHE_HOME/cube-templatecenter/layers, else ~/.cache/cube-templatecenter/layers)")
-	username := fs.String("username", "", "registry username")
-	passwordStdin := fs.Bool("password-stdin", false, "read the registry password from standard input")
-	insecure := fs.Bool("insecure", false, "reach the image's registry over plain HTTP")
-	platform := fs.String("platform", "linux/"+runtime.GOARCH, "platform to pick from a multi-platform image")
-	writable := fs.String("writable-layer-size", "20Gi", "writable_layer_size of the template spec (fingerprint input)")
-	startCheck := fs.String("start-check", string(rootfs.StartCheckFail), "start check of the image's command: fail (the build when it cannot run), warn (report only) or off")
-	operands, err := parseArgs(fs, buildCmd, args, stdout)
+	f, err := parseBuildFlags(args, stdout)
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(operands) != 0:
-		return usageError(buildCmd, "takes no arguments, got %q", operands)
-	case *image == "":
-		return usageError(buildCmd, "--image is required")
-	case *noCA && isSet(fs, "ca"):
-		return usageError(buildCmd, "--ca and --no-ca contradict each other")
-	case *passwordStdin && *username == "":
-		return usageError(buildCmd, "--password-stdin needs --username")
-	}
-	if strings.TrimSpace(*writable) == "" {
-		return usageError(buildCmd, "--writable-layer-size must not be empty")
-	}
-	checkMode, err := rootfs.ParseStartCheckMode(*startCheck)
-	if err != nil {
-		return usageError(buildCmd, "--start-check: %v", err)
-	}
-	if *cache == "" {
-		if *cache, err = defaultCacheDir(os.Getenv); err != nil {
-			return err
-		}
-	}
-	parsed, err := rootfs.ValidateImageRef(*image)
+	in, err := readBuildInput(f, stdin)
 	if err != nil {
 		return err
 	}
-	var password string
-	if *passwordStdin {
-		line, err := bufio.NewReader(stdin).ReadString('\n')
-		if err != nil && err != io.EOF {
-			return fmt.Errorf("read password: %w", err)
-		}
-		password = strings.TrimRight(line, "\r\n")
-	}
-	var envd []byte
-	envdSHA := ""
-	if *envdPath != "" {
-		if envd, err = os.ReadFile(*envdPath); err != nil {
-			return fmt.Errorf("read envd: %w", err)
-		}
-		b := api.Build{BuildRequest: api.BuildRequest{EnvdData: envd}}
-		if err := b.ValidateEnvd(); err != nil {
-			return fmt.Errorf("envd %s: %w", *envdPath, err)
-		}
-		envdSHA = b.EnvdSHA
-	}
-	outDir, err := filepath.Abs(*out)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return fmt.Errorf("create output directory: %w", err)
-	}
-	gz, _ := gzipInflater(os.Getenv)
-	pull := rootfs.PullOptions{CacheDir: *cache, Platform: platformOf(*platform), LocalRoots: []string{"/"}, Gzip: gz}
-	if *insecure && parsed.Registry != "" {
-		pull.Insecure = []string{parsed.Registry}
-	}
-	defaults := config.Default().Build
-	b, err := rootfs.NewBuilder(rootfs.Options{Store: rootfs.Store(outDir), CAPath: *caPath, Pull: pull,
-		HeadroomPercent: defaults.HeadroomPercent, HeadroomInodes: defaults.HeadroomInodes, DirectIO: defaults.DirectIO,
-		Pacer: rootfs.NewMemoryPacer()})
+	b, err := rootfs.NewBuilder(in.builder)
 	if err != nil {
 		return err
 	}
@@ -149,30 +79,7 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	began := time.Now()
-	bar := newProgressBar(stderr)
-	bar.phase("resolving " + *image)
-	img, err := b.Resolve(ctx, rootfs.Source{Ref: *image, Username: *username, Password: password})
-	if err != nil {
-		return err
-	}
-	var ca *rootfs.CA
-	if !*noCA {
-		if ca, err = b.LoadCA(ctx); err != nil {
-			return fmt.Errorf("%w (use --no-ca to build without it)", err)
-		}
-	}
-	tmpl := api.TemplateRequest{SourceImageRef: *image, WritableLayerSize: *writable}
-	caFP := ""
-	if ca != nil {
-		caFP = ca.Fingerprint
-	}
-	fp, err := api.Fingerprint(&tmpl, img.Digest, caFP, envdSHA)
-	if err != nil {
-		return err
-	}
-	art, err := b.Build(ctx, rootfs.Spec{Image: img, ArtifactID: api.ArtifactID(fp), Fingerprint: fp, Envd: envd, CA: ca,
-		StartCheck: checkMode}, bar.update)
-	bar.done()
+	spec, art, err := in.run(ctx, b, newProgressBar(stderr))
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	var failed *rootfs.StartCheckError
@@ -185,9 +92,148 @@ func build(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	if err != nil {
 		return err
 	}
-	return enc.Encode(buildResult{ArtifactID: art.ID, Ext4Path: art.Path, Ext4SHA256: art.SHA256, Ext4SizeBytes: art.Size,
-		Fingerprint: fp, SourceDigest: img.Digest, ImageConfig: img.Config, CABaked: art.CABaked, CAFingerprint: caFP,
-		CATargets: art.CATargets, DurationSeconds: time.Since(began).Seconds(), TemplateCheck: art.StartCheck})
+	return enc.Encode(newBuildResult(spec, art, time.Since(began)))
+}
+
+// buildFlags are the build command's flags as given.
+type buildFlags struct {
+	image, envdPath, caPath, out, cache, username, platform, writable string
+	noCA, passwordStdin, insecure                                     bool
+	startCheck                                                        rootfs.StartCheckMode
+}
+
+// parseBuildFlags reads the build command's flags, refusing missing and
+// contradictory ones.
+func parseBuildFlags(args []string, stdout io.Writer) (buildFlags, error) {
+	var f buildFlags
+	fs := newFlagSet(buildCmd)
+	fs.StringVar(&f.image, "image", "", "image reference (registry ref, oci-layout:DIR[:TAG], docker-archive:FILE)")
+	fs.StringVar(&f.envdPath, "envd", "", "envd binary to install at /usr/local/bin/envd")
+	fs.StringVar(&f.caPath, "ca", "/etc/cube/ca/cube-root-ca.crt", "egress CA certificate to bake in")
+	fs.BoolVar(&f.noCA, "no-ca", false, "do not bake the egress CA")
+	fs.StringVar(&f.out, "out", "out", "artifact store directory: the image lands in OUT/<artifact_id>/<artifact_id>.ext4")
+	fs.StringVar(&f.cache, "cache", "", "layer cache directory (default: $XDG_CACHE_HOME/cube-templatecenter/layers, else ~/.cache/cube-templatecenter/layers)")
+	fs.StringVar(&f.username, "username", "", "registry username")
+	fs.BoolVar(&f.passwordStdin, "password-stdin", false, "read the registry password from standard input")
+	fs.BoolVar(&f.insecure, "insecure", false, "reach the image's registry over plain HTTP")
+	fs.StringVar(&f.platform, "platform", "linux/"+runtime.GOARCH, "platform to pick from a multi-platform image")
+	fs.StringVar(&f.writable, "writable-layer-size", "20Gi", "writable_layer_size of the template spec (fingerprint input)")
+	startCheck := fs.String("start-check", string(rootfs.StartCheckFail), "start check of the image's command: fail (the build when it cannot run), warn (report only) or off")
+	operands, err := parseArgs(fs, buildCmd, args, stdout)
+	if err != nil {
+		return f, err
+	}
+	switch {
+	case len(operands) != 0:
+		return f, usageError(buildCmd, "takes no arguments, got %q", operands)
+	case f.image == "":
+		return f, usageError(buildCmd, "--image is required")
+	case f.noCA && isSet(fs, "ca"):
+		return f, usageError(buildCmd, "--ca and --no-ca contradict each other")
+	case f.passwordStdin && f.username == "":
+		return f, usageError(buildCmd, "--password-stdin needs --username")
+	}
+	if strings.TrimSpace(f.writable) == "" {
+		return f, usageError(buildCmd, "--writable-layer-size must not be empty")
+	}
+	if f.startCheck, err = rootfs.ParseStartCheckMode(*startCheck); err != nil {
+		return f, usageError(buildCmd, "--start-check: %v", err)
+	}
+	return f, nil
+}
+
+// buildInput is a build the command runs: the request as the agent would
+// take it (template spec, envd), where its image comes from, and the
+// builder that makes it.
+type buildInput struct {
+	req        api.Build
+	source     rootfs.Source
+	withCA     bool
+	startCheck rootfs.StartCheckMode
+	builder    rootfs.Options
+}
+
+// readBuildInput reads what the flags name (the password on standard
+// input, the envd file) and creates the output directory.
+func readBuildInput(f buildFlags, stdin io.Reader) (buildInput, error) {
+	var err error
+	if f.cache == "" {
+		if f.cache, err = defaultCacheDir(os.Getenv); err != nil {
+			return buildInput{}, err
+		}
+	}
+	parsed, err := rootfs.ValidateImageRef(f.image)
+	if err != nil {
+		return buildInput{}, err
+	}
+	in := buildInput{source: rootfs.Source{Ref: f.image, Username: f.username}, withCA: !f.noCA, startCheck: f.startCheck,
+		req: api.Build{Template: api.TemplateRequest{SourceImageRef: f.image, WritableLayerSize: f.writable}}}
+	if f.passwordStdin {
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		if err != nil && err != io.EOF {
+			return buildInput{}, fmt.Errorf("read password: %w", err)
+		}
+		in.source.Password = strings.TrimRight(line, "\r\n")
+	}
+	if f.envdPath != "" {
+		if in.req.EnvdData, err = os.ReadFile(f.envdPath); err != nil {
+			return buildInput{}, fmt.Errorf("read envd: %w", err)
+		}
+		if err := in.req.ValidateEnvd(); err != nil {
+			return buildInput{}, fmt.Errorf("envd %s: %w", f.envdPath, err)
+		}
+	}
+	outDir, err := filepath.Abs(f.out)
+	if err != nil {
+		return buildInput{}, err
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return buildInput{}, fmt.Errorf("create output directory: %w", err)
+	}
+	gz, _ := gzipInflater(os.Getenv)
+	pull := rootfs.PullOptions{CacheDir: f.cache, Platform: platformOf(f.platform), LocalRoots: []string{"/"}, Gzip: gz}
+	if f.insecure && parsed.Registry != "" {
+		pull.Insecure = []string{parsed.Registry}
+	}
+	defaults := config.Default().Build
+	in.builder = rootfs.Options{Store: rootfs.Store(outDir), CAPath: f.caPath, Pull: pull,
+		HeadroomPercent: defaults.HeadroomPercent, HeadroomInodes: defaults.HeadroomInodes, DirectIO: defaults.DirectIO,
+		Pacer: rootfs.NewMemoryPacer()}
+	return in, nil
+}
+
+// run follows the build recipe with b: resolve the image, plan the build
+// (rootfs.Plan), build it.
+func (in buildInput) run(ctx context.Context, b *rootfs.Builder, bar *progressBar) (rootfs.Spec, *rootfs.Artifact, error) {
+	bar.phase("resolving " + in.source.Ref)
+	img, err := b.Resolve(ctx, in.source)
+	if err != nil {
+		return rootfs.Spec{}, nil, err
+	}
+	spec, err := rootfs.Plan(ctx, b, img, in.withCA, in.req.Name)
+	var caErr *rootfs.CAError
+	switch {
+	case errors.As(err, &caErr):
+		return rootfs.Spec{}, nil, fmt.Errorf("%w (use --no-ca to build without it)", caErr.Err)
+	case err != nil:
+		return rootfs.Spec{}, nil, err
+	}
+	spec.Envd, spec.StartCheck = in.req.EnvdData, in.startCheck
+	art, err := b.Build(ctx, spec, bar.update)
+	bar.done()
+	return spec, art, err
+}
+
+// newBuildResult is what build prints of art, built from spec in took.
+func newBuildResult(spec rootfs.Spec, art *rootfs.Artifact, took time.Duration) buildResult {
+	caFingerprint := ""
+	if spec.CA != nil {
+		caFingerprint = spec.CA.Fingerprint
+	}
+	return buildResult{ArtifactID: art.ID, Ext4Path: art.Path, Ext4SHA256: art.SHA256, Ext4SizeBytes: art.Size,
+		Fingerprint: spec.Fingerprint, SourceDigest: spec.Image.Digest, ImageConfig: spec.Image.Config,
+		CABaked: art.CABaked, CAFingerprint: caFingerprint, CATargets: art.CATargets,
+		DurationSeconds: took.Seconds(), TemplateCheck: art.StartCheck}
 }
 
 // defaultCacheDir is where build keeps its layer cache without --cache:

@@ -61,159 +61,212 @@ func (t *Tree) ApplyLayer(ctx context.Context, layer int, r io.Reader) error {
 
 // applyEntry applies one tar entry.
 func (t *Tree) applyEntry(ctx context.Context, layer int, tr io.Reader, hdr *tar.Header) error {
-	fail := func(reason string, err error) error {
-		return &EntryError{Layer: layer, Name: hdr.Name, Reason: reason, Err: err}
-	}
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return nil // PAX global records carry nothing we apply
 	}
-	if len(hdr.Name) > MaxPathLen {
-		return fail(fmt.Sprintf("name longer than %d bytes", MaxPathLen), nil)
-	}
-	if strings.HasPrefix(hdr.Name, "/") {
-		return fail("absolute path", nil)
-	}
-	comps, err := cleanRelative(hdr.Name)
-	if err != nil {
-		return fail("path escapes the root", nil)
-	}
-	if len(comps) > MaxDepth {
-		return fail(fmt.Sprintf("more than %d path components", MaxDepth), nil)
-	}
-	for i, c := range comps {
-		if len(c) > maxNameLen {
-			return fail(fmt.Sprintf("name component longer than %d bytes", maxNameLen), nil)
-		}
-		if strings.HasPrefix(c, whiteoutMeta) && !(i == len(comps)-1 && c == whiteoutOpaque) {
-			return nil // AUFS metadata (.wh..wh.plnk, .wh..wh.aufs...), never content
-		}
-		if i < len(comps)-1 && strings.HasPrefix(c, whiteoutPrefix) {
-			return fail("whiteout name used as a directory", nil)
-		}
+	e := entry{layer: layer, hdr: hdr}
+	comps, skip, err := e.path()
+	if skip || err != nil {
+		return err
 	}
 	t.entries++
 	if max := t.opts.Limits.MaxEntries; max > 0 && t.entries > max {
-		return fail("limit reached", &LimitError{Limit: LimitEntries, Max: max, What: fmt.Sprintf("the image's %d entries", t.entries)})
+		return e.fail("limit reached", &LimitError{Limit: LimitEntries, Max: max, What: fmt.Sprintf("the image's %d entries", t.entries)})
 	}
 	if len(comps) == 0 {
-		if hdr.Typeflag != tar.TypeDir {
-			return fail("entry would replace the root directory with a non-directory", nil)
-		}
-		meta, err := metadata(hdr)
-		if err != nil {
-			return fail(err.Error(), nil)
-		}
-		setMeta(t.root, meta)
-		return nil
+		return t.applyRoot(e)
 	}
 	parentComps, base := comps[:len(comps)-1], comps[len(comps)-1]
-
 	if strings.HasPrefix(base, whiteoutPrefix) {
-		t.whiteouts++
-		dir, err := t.walkExisting(parentComps)
-		if err != nil {
-			return fail("whiteout below a symlinked directory", nil)
-		}
-		if dir == nil {
-			return nil // nothing to remove
-		}
-		if base == whiteoutOpaque {
-			for name := range dir.Children {
-				t.remove(dir, name)
-			}
-			return nil
-		}
-		target := base[len(whiteoutPrefix):]
-		if target == "" || target == "." || target == ".." {
-			return fail("invalid whiteout name", nil)
-		}
-		t.remove(dir, target)
-		return nil
+		return t.applyWhiteout(e, parentComps, base)
 	}
-
 	dir, err := t.walkCreate(parentComps)
 	var limit *LimitError
 	switch {
 	case errors.As(err, &limit):
-		return fail("limit reached", err)
+		return e.fail("limit reached", err)
 	case errors.Is(err, ErrSymlink):
-		return fail("writing below a symlinked directory", nil)
+		return e.fail("writing below a symlinked directory", nil)
 	case err != nil:
-		return fail("parent is not a directory", nil)
+		return e.fail("parent is not a directory", nil)
 	}
-
 	if hdr.Typeflag == tar.TypeLink {
-		if len(hdr.Linkname) > MaxPathLen {
-			return fail(fmt.Sprintf("hard link target longer than %d bytes", MaxPathLen), nil)
+		return t.applyHardlink(e, dir, base)
+	}
+	return t.applyInode(ctx, e, tr, dir, base)
+}
+
+// entry is the tar entry being applied and its layer, which its errors
+// name.
+type entry struct {
+	layer int
+	hdr   *tar.Header
+}
+
+// fail refuses the entry for reason, with the error behind it if any.
+func (e entry) fail(reason string, err error) error {
+	return &EntryError{Layer: e.layer, Name: e.hdr.Name, Reason: reason, Err: err}
+}
+
+// path checks the entry's name and returns its components, none for the
+// root; skip says the entry is AUFS metadata, never content.
+func (e entry) path() (comps []string, skip bool, err error) {
+	name := e.hdr.Name
+	if len(name) > MaxPathLen {
+		return nil, false, e.fail(fmt.Sprintf("name longer than %d bytes", MaxPathLen), nil)
+	}
+	if strings.HasPrefix(name, "/") {
+		return nil, false, e.fail("absolute path", nil)
+	}
+	comps, err = cleanRelative(name)
+	if err != nil {
+		return nil, false, e.fail("path escapes the root", nil)
+	}
+	if len(comps) > MaxDepth {
+		return nil, false, e.fail(fmt.Sprintf("more than %d path components", MaxDepth), nil)
+	}
+	for i, c := range comps {
+		if len(c) > maxNameLen {
+			return nil, false, e.fail(fmt.Sprintf("name component longer than %d bytes", maxNameLen), nil)
 		}
-		target, reason := t.hardlinkTarget(hdr.Linkname)
-		if target == nil {
-			return fail(reason, nil)
+		if strings.HasPrefix(c, whiteoutMeta) && !(i == len(comps)-1 && c == whiteoutOpaque) {
+			return nil, true, nil // AUFS metadata (.wh..wh.plnk, .wh..wh.aufs...), never content
 		}
-		if dir.Children[base] != target {
-			if err := t.charge(linkMemory + int64(len(base))); err != nil {
-				return fail("limit reached", err)
-			}
-			t.link(target)
+		if i < len(comps)-1 && strings.HasPrefix(c, whiteoutPrefix) {
+			return nil, false, e.fail("whiteout name used as a directory", nil)
 		}
-		t.put(dir, base, target)
+	}
+	return comps, false, nil
+}
+
+// applyRoot applies an entry naming the root directory: its metadata only.
+func (t *Tree) applyRoot(e entry) error {
+	if e.hdr.Typeflag != tar.TypeDir {
+		return e.fail("entry would replace the root directory with a non-directory", nil)
+	}
+	meta, err := metadata(e.hdr)
+	if err != nil {
+		return e.fail(err.Error(), nil)
+	}
+	setMeta(t.root, meta)
+	return nil
+}
+
+// applyWhiteout applies the whiteout base found in the directory parent
+// names: the entry it names goes, or with the opaque marker every entry
+// of the directory, except what this layer wrote (remove).
+func (t *Tree) applyWhiteout(e entry, parentComps []string, base string) error {
+	t.whiteouts++
+	dir, err := t.walkExisting(parentComps)
+	if err != nil {
+		return e.fail("whiteout below a symlinked directory", nil)
+	}
+	if dir == nil {
+		return nil // nothing to remove
+	}
+	if base == whiteoutOpaque {
+		for name := range dir.Children {
+			t.remove(dir, name)
+		}
 		return nil
 	}
-
-	meta, err := metadata(hdr)
-	if err != nil {
-		return fail(err.Error(), nil)
+	target := base[len(whiteoutPrefix):]
+	if target == "" || target == "." || target == ".." {
+		return e.fail("invalid whiteout name", nil)
 	}
-	var n *ext4.Node
-	switch hdr.Typeflag {
-	case tar.TypeDir:
+	t.remove(dir, target)
+	return nil
+}
+
+// applyHardlink makes dir/base one more link to the inode the entry's link
+// target names.
+func (t *Tree) applyHardlink(e entry, dir *ext4.Node, base string) error {
+	if len(e.hdr.Linkname) > MaxPathLen {
+		return e.fail(fmt.Sprintf("hard link target longer than %d bytes", MaxPathLen), nil)
+	}
+	target, reason := t.hardlinkTarget(e.hdr.Linkname)
+	if target == nil {
+		return e.fail(reason, nil)
+	}
+	if dir.Children[base] != target {
+		if err := t.charge(linkMemory + int64(len(base))); err != nil {
+			return e.fail("limit reached", err)
+		}
+		t.link(target)
+	}
+	t.put(dir, base, target)
+	return nil
+}
+
+// applyInode puts the entry's new inode at dir/base, a regular file's
+// content read from tr; a directory entry over a directory only gives it
+// the entry's metadata.
+func (t *Tree) applyInode(ctx context.Context, e entry, tr io.Reader, dir *ext4.Node, base string) error {
+	meta, err := metadata(e.hdr)
+	if err != nil {
+		return e.fail(err.Error(), nil)
+	}
+	if e.hdr.Typeflag == tar.TypeDir {
 		if old := dir.Children[base]; old != nil && isDir(old) {
 			before := nodeCost(base, old)
 			setMeta(old, meta)
 			t.touch(dir, base)
 			if err := t.charge(nodeCost(base, old) - before); err != nil {
-				return fail("limit reached", err)
+				return e.fail("limit reached", err)
 			}
 			return nil
 		}
-		n = &ext4.Node{Mode: ext4.ModeDir, Children: make(map[string]*ext4.Node)}
-	case tar.TypeReg, typeRegA, tar.TypeGNUSparse:
-		data, err := t.store.WriteData(ctx, tr, hdr.Size)
-		if err != nil {
-			return fail("write data", err)
-		}
-		n = &ext4.Node{Mode: ext4.ModeRegular, Size: hdr.Size, Data: data}
-	case tar.TypeSymlink:
-		if hdr.Linkname == "" {
-			return fail("empty symlink target", nil)
-		}
-		if len(hdr.Linkname) > maxLinkTarget {
-			return fail(fmt.Sprintf("symlink target longer than %d bytes", maxLinkTarget), nil)
-		}
-		n = ext4.NewSymlink([]byte(hdr.Linkname))
-	case tar.TypeChar, tar.TypeBlock:
-		if hdr.Devmajor < 0 || hdr.Devmajor > math.MaxUint32 || hdr.Devminor < 0 || hdr.Devminor > math.MaxUint32 {
-			return fail("device number out of range", nil)
-		}
-		mode := uint32(ext4.ModeChar)
-		if hdr.Typeflag == tar.TypeBlock {
-			mode = ext4.ModeBlock
-		}
-		n = ext4.NewDevice(mode, uint32(hdr.Devmajor), uint32(hdr.Devminor))
-	case tar.TypeFifo:
-		n = &ext4.Node{Mode: ext4.ModeFIFO}
-	default:
-		return fail(fmt.Sprintf("unsupported entry type %q", hdr.Typeflag), nil)
+	}
+	n, err := t.newInode(ctx, e, tr)
+	if err != nil {
+		return err
 	}
 	setMeta(n, meta)
 	if err := t.charge(nodeCost(base, n)); err != nil {
 		if isRegular(n) {
 			t.store.Release(n.Data)
 		}
-		return fail("limit reached", err)
+		return e.fail("limit reached", err)
 	}
 	t.put(dir, base, n)
 	return nil
+}
+
+// newInode makes the inode of the entry's type, without its metadata; a
+// regular file's content streams from tr into the store.
+func (t *Tree) newInode(ctx context.Context, e entry, tr io.Reader) (*ext4.Node, error) {
+	hdr := e.hdr
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return &ext4.Node{Mode: ext4.ModeDir, Children: make(map[string]*ext4.Node)}, nil
+	case tar.TypeReg, typeRegA, tar.TypeGNUSparse:
+		data, err := t.store.WriteData(ctx, tr, hdr.Size)
+		if err != nil {
+			return nil, e.fail("write data", err)
+		}
+		return &ext4.Node{Mode: ext4.ModeRegular, Size: hdr.Size, Data: data}, nil
+	case tar.TypeSymlink:
+		if hdr.Linkname == "" {
+			return nil, e.fail("empty symlink target", nil)
+		}
+		if len(hdr.Linkname) > maxLinkTarget {
+			return nil, e.fail(fmt.Sprintf("symlink target longer than %d bytes", maxLinkTarget), nil)
+		}
+		return ext4.NewSymlink([]byte(hdr.Linkname)), nil
+	case tar.TypeChar, tar.TypeBlock:
+		if hdr.Devmajor < 0 || hdr.Devmajor > math.MaxUint32 || hdr.Devminor < 0 || hdr.Devminor > math.MaxUint32 {
+			return nil, e.fail("device number out of range", nil)
+		}
+		mode := uint32(ext4.ModeChar)
+		if hdr.Typeflag == tar.TypeBlock {
+			mode = ext4.ModeBlock
+		}
+		return ext4.NewDevice(mode, uint32(hdr.Devmajor), uint32(hdr.Devminor)), nil
+	case tar.TypeFifo:
+		return &ext4.Node{Mode: ext4.ModeFIFO}, nil
+	default:
+		return nil, e.fail(fmt.Sprintf("unsupported entry type %q", hdr.Typeflag), nil)
+	}
 }
 
 // walkCreate returns the directory named by comps, creating missing ones

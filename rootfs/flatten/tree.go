@@ -141,6 +141,7 @@ type walker struct {
 	nodes []*ext4.Node // nodes[0] is the root
 	names []string     // names[i] leads from nodes[i] to nodes[i+1]
 	last  string       // the missing last component, if any
+	hops  int          // the symlinks followed
 }
 
 func (w *walker) node() *ext4.Node { return w.nodes[len(w.nodes)-1] }
@@ -166,7 +167,6 @@ func (t *Tree) resolve(p string, mkdir bool, mtime time.Time) (*walker, error) {
 	for _, c := range strings.Split(p, "/") {
 		todo = append(todo, comp{name: c})
 	}
-	hops := 0
 	for len(todo) > 0 {
 		c := todo[0]
 		todo = todo[1:]
@@ -200,23 +200,10 @@ func (t *Tree) resolve(p string, mkdir bool, mtime time.Time) (*walker, error) {
 			}
 		}
 		if isSymlink(child) {
-			hops++
-			if hops > MaxSymlinkHops {
-				return w, ErrLoop
+			var err error
+			if todo, err = w.follow(child, c.name, todo); err != nil {
+				return w, err
 			}
-			target := string(child.LinkTarget())
-			if target == "" {
-				return w, fmt.Errorf("%s/%s: empty symlink: %w", w.path(), c.name, fs.ErrNotExist)
-			}
-			if strings.HasPrefix(target, "/") {
-				w.nodes = w.nodes[:1]
-				w.names = w.names[:0]
-			}
-			var expanded []comp
-			for _, tc := range strings.Split(target, "/") {
-				expanded = append(expanded, comp{name: tc, fromLink: true})
-			}
-			todo = append(expanded, todo...)
 			continue
 		}
 		w.nodes = append(w.nodes, child)
@@ -226,6 +213,29 @@ func (t *Tree) resolve(p string, mkdir bool, mtime time.Time) (*walker, error) {
 		return w, fmt.Errorf("%s: %w", w.path(), ErrNotDir)
 	}
 	return w, nil
+}
+
+// follow puts the target of link, the symlink name in the current
+// directory, before the components todo still has to walk; an absolute
+// target starts again at the root.
+func (w *walker) follow(link *ext4.Node, name string, todo []comp) ([]comp, error) {
+	w.hops++
+	if w.hops > MaxSymlinkHops {
+		return nil, ErrLoop
+	}
+	target := string(link.LinkTarget())
+	if target == "" {
+		return nil, fmt.Errorf("%s/%s: empty symlink: %w", w.path(), name, fs.ErrNotExist)
+	}
+	if strings.HasPrefix(target, "/") {
+		w.nodes = w.nodes[:1]
+		w.names = w.names[:0]
+	}
+	var expanded []comp
+	for _, tc := range strings.Split(target, "/") {
+		expanded = append(expanded, comp{name: tc, fromLink: true})
+	}
+	return append(expanded, todo...), nil
 }
 
 // onlyDots reports whether the remaining components are all "" or ".".
