@@ -3,7 +3,7 @@ package main
 // Black-box tests of `templatecenter build` and `templatecenter inspect`:
 // images written as OCI layouts with go-containerregistry's layout package
 // or served by its in-memory registry behind basic auth, built by the
-// binary TestMain made, checked with e2fsck and read back with inspect.
+// binary under test, checked with e2fsck and read back with inspect.
 
 import (
 	"archive/tar"
@@ -125,7 +125,7 @@ func runCLIInput(t testing.TB, env []string, stdin string, args ...string) cliRe
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd := exec.CommandContext(ctx, agentBuild.Path(t), args...)
 	cmd.Env = env
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer

@@ -1,6 +1,6 @@
 package main
 
-// Black-box tests of the templatecenter binary: TestMain builds it once, and
+// Black-box tests of the templatecenter binary: built once (test/cmdbin), and
 // every test runs it as a child process with its own configuration, store,
 // spool and ports, against the CubeMaster stand-in of test/cubemaster.
 
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 
 	"gopkg.in/yaml.v3"
 
@@ -54,23 +55,18 @@ const (
 	exitSlack = 3 * time.Second
 )
 
-// binPath is the binary built by TestMain; read-only once tests run.
-var binPath string
+// agentBuild is the binary under test: the version it prints is
+// testVersion.
+var agentBuild = cmdbin.Build{Version: testVersion}
 
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
+// runTests builds the binary before any test runs, so that no test times
+// the build as part of what it measures.
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "templatecenter-blackbox-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "create build directory:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, "templatecenter")
-	build := exec.Command("go", "build", "-ldflags", "-X main.Version="+testVersion, "-o", binPath, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build templatecenter:", err)
+	defer cmdbin.Cleanup()
+	if _, err := agentBuild.Binary(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer s3srv.Close()
@@ -343,7 +339,7 @@ func (h *harness) baseURL() string { return "http://127.0.0.1:" + strconv.Itoa(h
 func (h *harness) startAgent(name string, extraEnv ...string) *proc {
 	h.t.Helper()
 	h.writeConfig()
-	p := startProc(h.t, name, h.environ(extraEnv...), binPath)
+	p := startProc(h.t, name, h.environ(extraEnv...), agentBuild.Path(h.t))
 	waitHealthy(h.t, p, h.baseURL())
 	return p
 }

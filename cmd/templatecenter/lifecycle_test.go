@@ -59,7 +59,7 @@ func TestSIGTERMMidBuildInPod(t *testing.T) {
 	const grace = 12 * time.Second
 	p := &proc{name: "agent (pod)", out: newLogBuffer(), done: make(chan struct{})}
 	stdout := newLogBuffer()
-	p.cmd = exec.Command(binPath)
+	p.cmd = exec.Command(agentBuild.Path(t))
 	p.cmd.Env = h.environ("CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT=" + grace.String())
 	p.cmd.Stdout, p.cmd.Stderr = stdout, p.out
 	if err := p.cmd.Start(); err != nil {

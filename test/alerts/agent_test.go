@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 )
@@ -35,41 +35,10 @@ const (
 	shutdownTimeout  = 5 * time.Second
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	cmdbin.Cleanup()
 	os.Exit(code)
-}
-
-// agentBinary builds templatecenter once for the package's tests that run
-// it.
-func agentBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "templatecenter-alerts-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "templatecenter")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/templatecenter")
-		cmd.Dir = repoRoot
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/templatecenter: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
 }
 
 // child is a process run for the test's duration: stopped with SIGTERM
@@ -188,7 +157,7 @@ func startAgent(t testing.TB, name, masterAddr string, extra map[string]map[stri
 		"CUBE_MASTER_ADDR=" + masterAddr,
 		"CUBE_TEMPLATE_CALLBACK_TOKEN=" + testToken,
 	}
-	a := &agent{child: startChild(t, name, env, agentBinary(t)), port: port}
+	a := &agent{child: startChild(t, name, env, cmdbin.Build{}.Path(t)), port: port}
 	a.waitHTTP(t, a.base()+"/livez")
 	return a
 }
