@@ -141,35 +141,28 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	out  *logBuffer
-	done chan struct{}
+	done <-chan struct{}
 }
 
 // startProc runs argv with exactly env; the process is killed (if still
 // running) when the test ends, and its output logged if the test failed.
 func startProc(t testing.TB, name string, env []string, argv ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: newLogBuffer(), done: make(chan struct{})}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	return startCmd(t, name, cmd)
+}
+
+// startCmd is startProc for a command set up by the caller: its stderr,
+// and its stdout unless the caller set one, go to the proc's log.
+func startCmd(t testing.TB, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: cmd, out: newLogBuffer()}
+	if cmd.Stdout == nil {
+		cmd.Stdout = p.out
 	}
-	go func() {
-		p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("---- output of %s (pid %d) ----\n%s---- end of %s ----", name, p.cmd.Process.Pid, p.out, name)
-		}
-	})
+	cmd.Stderr = p.out
+	p.done = childproc.Start(t, name, cmd, p.out, 0)
 	return p
 }
 
@@ -344,30 +337,12 @@ func (h *harness) startAgent(name string, extraEnv ...string) *proc {
 	return p
 }
 
-// waitHealthy polls base/health until it answers 200; it fails at once if
-// the process exits.
+// waitHealthy polls base/health until it answers; it fails at once if the
+// process exits.
 func waitHealthy(t testing.TB, p *proc, base string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited with code %d before /health answered 200", p.name, p.cmd.ProcessState.ExitCode())
-		default:
-		}
-		resp, err := client.Get(base + "/health")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /health did not answer 200 within %s (last error %v)", p.name, waitLimit, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := childproc.WaitHTTP(t.Context(), base+"/health", p.done, waitLimit); err != nil {
+		t.Fatalf("%s: %v", p.name, err)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,64 +45,23 @@ func TestMain(m *testing.M) {
 // the test failed.
 type child struct {
 	name string
-	cmd  *exec.Cmd
-	out  *childproc.Output
-	done chan struct{}
+	done <-chan struct{}
 }
 
 func startChild(t testing.TB, name string, env []string, argv ...string) *child {
 	t.Helper()
-	c := &child{name: name, out: &childproc.Output{}, done: make(chan struct{})}
-	c.cmd = exec.Command(argv[0], argv[1:]...)
-	c.cmd.Env = env
-	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
-	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		c.cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(shutdownTimeout + 5*time.Second):
-			c.cmd.Process.Kill()
-			<-c.done
-		}
-		if t.Failed() {
-			t.Logf("---- output of %s (pid %d) ----\n%s---- end of %s ----", name, c.cmd.Process.Pid, c.out, name)
-		}
-	})
-	return c
+	cmd := exec.Command(argv[0], argv[1:]...)
+	out := &childproc.Output{}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = out, out
+	return &child{name: name, done: childproc.Start(t, name, cmd, out, shutdownTimeout+5*time.Second)}
 }
 
-// waitHTTP polls url until it answers 200, failing at once if the child
-// exits.
+// waitHTTP polls url until it answers, failing at once if the child exits.
 func (c *child) waitHTTP(t testing.TB, url string) {
 	t.Helper()
-	deadline := time.Now().Add(wait.Limit)
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		select {
-		case <-c.done:
-			t.Fatalf("%s exited (%v) before %s answered 200", c.name, c.cmd.ProcessState, url)
-		default:
-		}
-		resp, err := client.Get(url)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s did not answer 200 within %s (last: %v)", c.name, url, wait.Limit, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := childproc.WaitHTTP(t.Context(), url, c.done, wait.Limit); err != nil {
+		t.Fatalf("%s: %v", c.name, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package childproc holds what tests and benchmarks need to run a server as
 // a child process: a free loopback address to give it, a buffer for its
-// output, a wait until it answers HTTP, and a graceful stop.
+// output, a wait until it answers HTTP, a graceful stop, and a start that
+// stops it when the test ends.
 package childproc
 
 import (
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"syscall"
@@ -104,4 +106,32 @@ func Terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) {
 		p.Kill()
 		<-exited
 	}
+}
+
+// Start starts cmd, its environment and output already set, and stops it
+// when tb's test ends as Terminate does (grace 0 kills it at once), then
+// logs output, what it wrote, if the test failed. The channel closes once
+// the process has exited and cmd.ProcessState is set.
+func Start(tb testing.TB, name string, cmd *exec.Cmd, output fmt.Stringer, grace time.Duration) <-chan struct{} {
+	tb.Helper()
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	tb.Cleanup(func() {
+		if grace > 0 {
+			Terminate(cmd.Process, exited, grace)
+		} else {
+			cmd.Process.Kill()
+			<-exited
+		}
+		if tb.Failed() {
+			tb.Logf("---- output of %s (pid %d) ----\n%s---- end of %s ----", name, cmd.Process.Pid, output, name)
+		}
+	})
+	return exited
 }
