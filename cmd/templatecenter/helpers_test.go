@@ -23,14 +23,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
-	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
-
 	"gopkg.in/yaml.v3"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 )
 
 const (
@@ -510,19 +510,13 @@ func checkFailureReason(t testing.TB, jobID, msg string) {
 // report was delivered (or given up on).
 func waitOutboxEmpty(t testing.TB, base string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	last := "no answer"
-	for time.Now().Before(deadline) {
-		if v, err := scrapeMetric(base, "cube_templatecenter_outbox_depth"); err != nil {
-			last = err.Error()
-		} else if v == 0 {
-			return
-		} else {
-			last = fmt.Sprintf("outbox_depth %g", v)
+	wait.Until(t, waitLimit, "the outbox empty", func() (bool, string) {
+		v, err := scrapeMetric(base, "cube_templatecenter_outbox_depth")
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("outbox not empty within %s: %s", waitLimit, last)
+		return v == 0, fmt.Sprintf("outbox_depth %g", v)
+	})
 }
 
 // scrapeMetric reads one unlabelled series from base/metrics.

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -46,27 +47,35 @@ func FreePort(tb testing.TB) int {
 }
 
 // WaitHTTP polls url until it answers 200 (or 401), exited closes (the
-// process behind it ended), or timeout passes.
+// process behind it ended), or timeout passes; the error says what url
+// last answered.
 func WaitHTTP(ctx context.Context, url string, exited <-chan struct{}, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
+	last := "no answer"
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
-		if resp, err := client.Do(req); err == nil {
+		resp, err := client.Do(req)
+		switch {
+		case err == nil:
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
 				return nil
 			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body))
+		case ctx.Err() == nil:
+			last = err.Error()
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("exited before answering %s", url)
+			return fmt.Errorf("exited before answering %s (last: %s)", url, last)
 		case <-ctx.Done():
-			return fmt.Errorf("no answer from %s within %s: %w", url, timeout, ctx.Err())
+			return fmt.Errorf("no answer from %s within %s (last: %s): %w", url, timeout, last, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -2,10 +2,13 @@ package childproc
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -57,5 +60,31 @@ func TestStartStopsAtTestEnd(t *testing.T) {
 				t.Errorf("exit code %d, want %d (%s)", got, tc.wantCode, cmd.ProcessState)
 			}
 		})
+	}
+}
+
+// TestWaitHTTP: the wait ends at the first 200, and otherwise says what
+// the URL answered last, whether the time ran out or the process ended.
+func TestWaitHTTP(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ready" && calls.Add(1) > 2 {
+			return
+		}
+		http.Error(w, "not yet", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	if err := WaitHTTP(t.Context(), srv.URL+"/ready", nil, wait.Limit); err != nil || calls.Load() != 3 {
+		t.Errorf("WaitHTTP of a URL ready at the third call = %v after %d calls, want nil after 3", err, calls.Load())
+	}
+	err := WaitHTTP(t.Context(), srv.URL+"/never", nil, 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "503 not yet") {
+		t.Errorf("WaitHTTP of a URL never ready = %v, want the last answer, 503 not yet", err)
+	}
+	exited := make(chan struct{})
+	close(exited)
+	err = WaitHTTP(t.Context(), srv.URL+"/never", exited, wait.Limit)
+	if err == nil || !strings.Contains(err.Error(), "exited before answering") || !strings.Contains(err.Error(), "503 not yet") {
+		t.Errorf("WaitHTTP after the process exited = %v, want exited before answering, with the last answer", err)
 	}
 }
