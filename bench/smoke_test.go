@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 )
 
 // testLog sends the harness's progress lines to t.Log.
@@ -20,20 +20,10 @@ func (l testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// buildAgent compiles cmd/templatecenter into a temporary directory.
-func buildAgent(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go not on PATH: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "templatecenter")
-	cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/templatecenter")
-	cmd.Dir = ".." // the module root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/templatecenter: %v\n%s", err, out)
-	}
-	return bin
+func TestMain(m *testing.M) {
+	code := m.Run()
+	cmdbin.Cleanup()
+	os.Exit(code)
 }
 
 // TestSmoke runs the whole harness once on the tiny image: upstream's
@@ -48,7 +38,7 @@ func TestSmoke(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	agent := buildAgent(t)
+	agent := cmdbin.Build{}.Path(t)
 	report, err := Run(ctx, Config{WorkDir: t.TempDir(), Agent: agent, Runs: 1, Images: []string{ImageTiny},
 		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}, ReuseSamples: 2, ReuseLoadSamples: 2, ScaleLayerBytes: 1 << 20, ManyFiles: 3000,
 		Links: []int64{1_000_000_000}, LinkImages: []string{ImageTiny}})

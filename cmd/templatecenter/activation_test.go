@@ -34,7 +34,7 @@ func TestSocketActivation(t *testing.T) {
 	for _, kv := range h.environ() {
 		argv = append(argv, "-E", kv)
 	}
-	argv = append(argv, binPath)
+	argv = append(argv, agentBuild.Path(t))
 	p := startProc(t, "systemd-socket-activate", h.environ(), argv...)
 	p.waitLine(t, "Listening on", addr)
 	if line, ok := findLine(p.out.String(), "msg=templatecenter"); ok {

@@ -3,7 +3,7 @@ package main
 // Black-box tests of `templatecenter build` and `templatecenter inspect`:
 // images written as OCI layouts with go-containerregistry's layout package
 // or served by its in-memory registry behind basic auth, built by the
-// binary TestMain made, checked with e2fsck and read back with inspect.
+// binary under test, checked with e2fsck and read back with inspect.
 
 import (
 	"archive/tar"
@@ -22,8 +22,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
@@ -92,13 +90,7 @@ func cliImage(t testing.TB) v1.Image {
 func writeLayout(t testing.TB, img v1.Image, tag string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "layout")
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		t.Fatalf("layout.Write: %v", err)
-	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": tag})); err != nil {
-		t.Fatalf("layout AppendImage: %v", err)
-	}
+	images.WriteLayout(t, dir, map[string]v1.Image{tag: img})
 	return dir
 }
 
@@ -125,7 +117,7 @@ func runCLIInput(t testing.TB, env []string, stdin string, args ...string) cliRe
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd := exec.CommandContext(ctx, agentBuild.Path(t), args...)
 	cmd.Env = env
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/spool"
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 )
 
 // TestCLIHelp: -h and --help on every command print its usage and flags to
@@ -328,7 +329,7 @@ func nobodyBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	data, err := os.ReadFile(binPath)
+	data, err := os.ReadFile(agentBuild.Path(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,12 +410,7 @@ func TestBuildCLICacheXDG(t *testing.T) {
 // moving the spool.
 func TestStaticBuildRefusesSpool(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "templatecenter-static")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
-	}
+	bin := cmdbin.Build{NoCgo: true}.Path(t)
 	// make build refuses it up front.
 	mk := exec.Command("make", "-s", "-C", filepath.Join("..", ".."), "cgo-check")
 	mk.Env = append(os.Environ(), "CGO_ENABLED=0")

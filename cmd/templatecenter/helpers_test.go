@@ -1,6 +1,6 @@
 package main
 
-// Black-box tests of the templatecenter binary: TestMain builds it once, and
+// Black-box tests of the templatecenter binary: built once (test/cmdbin), and
 // every test runs it as a child process with its own configuration, store,
 // spool and ports, against the CubeMaster stand-in of test/cubemaster.
 
@@ -23,13 +23,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
-
 	"gopkg.in/yaml.v3"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
 	"github.com/cubesandbox/cubetemplatecenter/test/s3server"
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 )
 
 const (
@@ -54,23 +55,18 @@ const (
 	exitSlack = 3 * time.Second
 )
 
-// binPath is the binary built by TestMain; read-only once tests run.
-var binPath string
+// agentBuild is the binary under test: the version it prints is
+// testVersion.
+var agentBuild = cmdbin.Build{Version: testVersion}
 
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
+// runTests builds the binary before any test runs, so that no test times
+// the build as part of what it measures.
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "templatecenter-blackbox-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "create build directory:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binPath = filepath.Join(dir, "templatecenter")
-	build := exec.Command("go", "build", "-ldflags", "-X main.Version="+testVersion, "-o", binPath, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build templatecenter:", err)
+	defer cmdbin.Cleanup()
+	if _, err := agentBuild.Binary(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer s3srv.Close()
@@ -145,35 +141,28 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	out  *logBuffer
-	done chan struct{}
+	done <-chan struct{}
 }
 
 // startProc runs argv with exactly env; the process is killed (if still
 // running) when the test ends, and its output logged if the test failed.
 func startProc(t testing.TB, name string, env []string, argv ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: newLogBuffer(), done: make(chan struct{})}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	return startCmd(t, name, cmd)
+}
+
+// startCmd is startProc for a command set up by the caller: its stderr,
+// and its stdout unless the caller set one, go to the proc's log.
+func startCmd(t testing.TB, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: cmd, out: newLogBuffer()}
+	if cmd.Stdout == nil {
+		cmd.Stdout = p.out
 	}
-	go func() {
-		p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("---- output of %s (pid %d) ----\n%s---- end of %s ----", name, p.cmd.Process.Pid, p.out, name)
-		}
-	})
+	cmd.Stderr = p.out
+	p.done = childproc.Start(t, name, cmd, p.out, 0)
 	return p
 }
 
@@ -343,35 +332,17 @@ func (h *harness) baseURL() string { return "http://127.0.0.1:" + strconv.Itoa(h
 func (h *harness) startAgent(name string, extraEnv ...string) *proc {
 	h.t.Helper()
 	h.writeConfig()
-	p := startProc(h.t, name, h.environ(extraEnv...), binPath)
+	p := startProc(h.t, name, h.environ(extraEnv...), agentBuild.Path(h.t))
 	waitHealthy(h.t, p, h.baseURL())
 	return p
 }
 
-// waitHealthy polls base/health until it answers 200; it fails at once if
-// the process exits.
+// waitHealthy polls base/health until it answers; it fails at once if the
+// process exits.
 func waitHealthy(t testing.TB, p *proc, base string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		select {
-		case <-p.done:
-			t.Fatalf("%s exited with code %d before /health answered 200", p.name, p.cmd.ProcessState.ExitCode())
-		default:
-		}
-		resp, err := client.Get(base + "/health")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /health did not answer 200 within %s (last error %v)", p.name, waitLimit, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := childproc.WaitHTTP(t.Context(), base+"/health", p.done, waitLimit); err != nil {
+		t.Fatalf("%s: %v", p.name, err)
 	}
 }
 
@@ -539,19 +510,13 @@ func checkFailureReason(t testing.TB, jobID, msg string) {
 // report was delivered (or given up on).
 func waitOutboxEmpty(t testing.TB, base string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	last := "no answer"
-	for time.Now().Before(deadline) {
-		if v, err := scrapeMetric(base, "cube_templatecenter_outbox_depth"); err != nil {
-			last = err.Error()
-		} else if v == 0 {
-			return
-		} else {
-			last = fmt.Sprintf("outbox_depth %g", v)
+	wait.Until(t, waitLimit, "the outbox empty", func() (bool, string) {
+		v, err := scrapeMetric(base, "cube_templatecenter_outbox_depth")
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("outbox not empty within %s: %s", waitLimit, last)
+		return v == 0, fmt.Sprintf("outbox_depth %g", v)
+	})
 }
 
 // scrapeMetric reads one unlabelled series from base/metrics.

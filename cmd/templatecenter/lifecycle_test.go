@@ -57,26 +57,11 @@ func TestSIGTERMMidBuildInPod(t *testing.T) {
 	h.set("log.format", "json")
 	h.writeConfig()
 	const grace = 12 * time.Second
-	p := &proc{name: "agent (pod)", out: newLogBuffer(), done: make(chan struct{})}
 	stdout := newLogBuffer()
-	p.cmd = exec.Command(binPath)
-	p.cmd.Env = h.environ("CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT=" + grace.String())
-	p.cmd.Stdout, p.cmd.Stderr = stdout, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("---- stderr of %s ----\n%s---- stdout ----\n%s", p.name, p.out, stdout.String())
-		}
-	})
+	cmd := exec.Command(agentBuild.Path(t))
+	cmd.Env = h.environ("CUBE_TEMPLATE_CENTER_SHUTDOWN_TIMEOUT=" + grace.String())
+	cmd.Stdout = stdout
+	p := startCmd(t, "agent (pod)", cmd)
 	waitHealthy(t, p, h.baseURL())
 	for _, path := range []string{"/livez", "/readyz"} {
 		wait.Until(t, waitLimit, path+" 200", func() (bool, string) {

@@ -82,7 +82,7 @@ func TestS3NoCredentialsFailsFast(t *testing.T) {
 	awsOnlyEnv(t, h, nil)
 	h.writeConfig()
 	start := time.Now()
-	p := startProc(t, "agent (no S3 credentials)", h.environ(), binPath)
+	p := startProc(t, "agent (no S3 credentials)", h.environ(), agentBuild.Path(t))
 	if code := p.waitExit(t, 10*time.Second); code == 0 {
 		t.Fatalf("the agent exited 0 without S3 credentials")
 	}

@@ -18,33 +18,18 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-)
 
-func writeLayout(t *testing.T, dir string, imgs map[string]v1.Image) {
-	t.Helper()
-	lp, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		t.Fatalf("write layout: %v", err)
-	}
-	for tag, img := range imgs {
-		var opts []layout.Option
-		if tag != "" {
-			opts = append(opts, layout.WithAnnotations(map[string]string{refNameAnnotation: tag}))
-		}
-		if err := lp.AppendImage(img, opts...); err != nil {
-			t.Fatalf("append image: %v", err)
-		}
-	}
-}
+	"github.com/cubesandbox/cubetemplatecenter/test/images"
+)
 
 func TestOCILayout(t *testing.T) {
 	root := t.TempDir()
 	img1 := testImage(t, 2, 1024)
 	img2 := testImage(t, 3, 1024)
 	two := filepath.Join(root, "two")
-	writeLayout(t, two, map[string]v1.Image{"v1": img1, "v2": img2})
+	images.WriteLayout(t, two, map[string]v1.Image{"v1": img1, "v2": img2})
 	one := filepath.Join(root, "one")
-	writeLayout(t, one, map[string]v1.Image{"": img2})
+	images.WriteLayout(t, one, map[string]v1.Image{"": img2})
 	p := newTestPuller(t, Options{LocalRoots: []string{root}})
 
 	t.Run("Tag", func(t *testing.T) {
@@ -73,7 +58,7 @@ func TestOCILayout(t *testing.T) {
 	})
 	t.Run("CorruptLayer", func(t *testing.T) {
 		bad := filepath.Join(root, "bad")
-		writeLayout(t, bad, map[string]v1.Image{"": img1})
+		images.WriteLayout(t, bad, map[string]v1.Image{"": img1})
 		d := layerDigests(t, img1)[0]
 		if err := os.WriteFile(filepath.Join(bad, "blobs", "sha256", d.Hex), []byte("not the layer"), 0o644); err != nil {
 			t.Fatal(err)
@@ -131,7 +116,7 @@ func TestLocalRoots(t *testing.T) {
 	}
 	img := testImage(t, 1, 256)
 	dir := filepath.Join(outside, "img")
-	writeLayout(t, dir, map[string]v1.Image{"": img})
+	images.WriteLayout(t, dir, map[string]v1.Image{"": img})
 	link := filepath.Join(root, "link")
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
@@ -348,7 +333,7 @@ func TestLocalMetadataCaps(t *testing.T) {
 
 	t.Run("LayoutIndex", func(t *testing.T) {
 		dir := filepath.Join(root, "big-index")
-		writeLayout(t, dir, map[string]v1.Image{"": testImage(t, 1, 256)})
+		images.WriteLayout(t, dir, map[string]v1.Image{"": testImage(t, 1, 256)})
 		raw, err := os.ReadFile(filepath.Join(dir, "index.json"))
 		if err != nil {
 			t.Fatal(err)

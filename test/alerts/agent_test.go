@@ -13,14 +13,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 )
@@ -35,41 +34,10 @@ const (
 	shutdownTimeout  = 5 * time.Second
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	cmdbin.Cleanup()
 	os.Exit(code)
-}
-
-// agentBinary builds templatecenter once for the package's tests that run
-// it.
-func agentBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "templatecenter-alerts-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "templatecenter")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/templatecenter")
-		cmd.Dir = repoRoot
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/templatecenter: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
 }
 
 // child is a process run for the test's duration: stopped with SIGTERM
@@ -77,64 +45,23 @@ func agentBinary(t testing.TB) string {
 // the test failed.
 type child struct {
 	name string
-	cmd  *exec.Cmd
-	out  *childproc.Output
-	done chan struct{}
+	done <-chan struct{}
 }
 
 func startChild(t testing.TB, name string, env []string, argv ...string) *child {
 	t.Helper()
-	c := &child{name: name, out: &childproc.Output{}, done: make(chan struct{})}
-	c.cmd = exec.Command(argv[0], argv[1:]...)
-	c.cmd.Env = env
-	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
-	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		c.cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(shutdownTimeout + 5*time.Second):
-			c.cmd.Process.Kill()
-			<-c.done
-		}
-		if t.Failed() {
-			t.Logf("---- output of %s (pid %d) ----\n%s---- end of %s ----", name, c.cmd.Process.Pid, c.out, name)
-		}
-	})
-	return c
+	cmd := exec.Command(argv[0], argv[1:]...)
+	out := &childproc.Output{}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = out, out
+	return &child{name: name, done: childproc.Start(t, name, cmd, out, shutdownTimeout+5*time.Second)}
 }
 
-// waitHTTP polls url until it answers 200, failing at once if the child
-// exits.
+// waitHTTP polls url until it answers, failing at once if the child exits.
 func (c *child) waitHTTP(t testing.TB, url string) {
 	t.Helper()
-	deadline := time.Now().Add(wait.Limit)
-	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		select {
-		case <-c.done:
-			t.Fatalf("%s exited (%v) before %s answered 200", c.name, c.cmd.ProcessState, url)
-		default:
-		}
-		resp, err := client.Get(url)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s did not answer 200 within %s (last: %v)", c.name, url, wait.Limit, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := childproc.WaitHTTP(t.Context(), url, c.done, wait.Limit); err != nil {
+		t.Fatalf("%s: %v", c.name, err)
 	}
 }
 
@@ -188,7 +115,7 @@ func startAgent(t testing.TB, name, masterAddr string, extra map[string]map[stri
 		"CUBE_MASTER_ADDR=" + masterAddr,
 		"CUBE_TEMPLATE_CALLBACK_TOKEN=" + testToken,
 	}
-	a := &agent{child: startChild(t, name, env, agentBinary(t)), port: port}
+	a := &agent{child: startChild(t, name, env, cmdbin.Build{}.Path(t)), port: port}
 	a.waitHTTP(t, a.base()+"/livez")
 	return a
 }

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+	"github.com/cubesandbox/cubetemplatecenter/test/promrules"
 	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 )
 
@@ -44,7 +45,7 @@ func grafanaRegex(v string) string {
 // testFor, for a Prometheus that evaluates every second.
 func fastRules(t testing.TB) []byte {
 	t.Helper()
-	f := loadRules(t)
+	f := promrules.Load(t, rulesPath)
 	for gi := range f.Groups {
 		for ri := range f.Groups[gi].Rules {
 			if r := &f.Groups[gi].Rules[ri]; r.For != "" {
@@ -206,7 +207,7 @@ func TestEndToEnd(t *testing.T) {
 			} `json:"rules"`
 		} `json:"groups"`
 	}
-	want := len(loadRules(t).alerts())
+	want := len(promrules.Load(t, rulesPath).Alerts())
 	wait.For(t, "every rule evaluated", func() bool {
 		if err := p.api(t, "/api/v1/rules", url.Values{"type": {"alert"}}, &rules); err != nil {
 			t.Fatalf("GET /api/v1/rules: %v", err)

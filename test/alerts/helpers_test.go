@@ -2,7 +2,6 @@ package alerts
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -42,56 +41,9 @@ func runTool(t testing.TB, dir, name string, args ...string) string {
 	return out.String()
 }
 
-// ruleFile is a Prometheus rules file as rulefmt reads it.
-type ruleFile struct {
-	Groups []ruleGroup `yaml:"groups"`
-}
-
-type ruleGroup struct {
-	Name     string `yaml:"name"`
-	Interval string `yaml:"interval,omitempty"`
-	Rules    []rule `yaml:"rules"`
-}
-
-type rule struct {
-	Alert       string            `yaml:"alert,omitempty"`
-	Record      string            `yaml:"record,omitempty"`
-	Expr        string            `yaml:"expr"`
-	For         string            `yaml:"for,omitempty"`
-	Labels      map[string]string `yaml:"labels,omitempty"`
-	Annotations map[string]string `yaml:"annotations,omitempty"`
-}
-
 // decodeStrict decodes YAML, refusing unknown fields.
 func decodeStrict(data []byte, v any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	return dec.Decode(v)
-}
-
-// loadRules reads the packaged rules file.
-func loadRules(t testing.TB) ruleFile {
-	t.Helper()
-	data, err := os.ReadFile(rulesPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f ruleFile
-	if err := decodeStrict(data, &f); err != nil {
-		t.Fatalf("%s: %v", rulesPath, err)
-	}
-	return f
-}
-
-// alerts lists the alerting rules of f in file order.
-func (f ruleFile) alerts() []rule {
-	var out []rule
-	for _, g := range f.Groups {
-		for _, r := range g.Rules {
-			if r.Alert != "" {
-				out = append(out, r)
-			}
-		}
-	}
-	return out
 }

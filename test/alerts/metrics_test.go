@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+	"github.com/cubesandbox/cubetemplatecenter/test/promrules"
 	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 )
 
@@ -72,7 +73,7 @@ func TestRulesAndPanelsReadExportedSeries(t *testing.T) {
 			}
 		}
 	}
-	for _, a := range loadRules(t).alerts() {
+	for _, a := range promrules.Load(t, rulesPath).Alerts() {
 		check("alert "+a.Alert, a.Expr)
 	}
 	d := loadDashboard(t)

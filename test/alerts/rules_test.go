@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/promrules"
 )
 
 const (
@@ -77,7 +79,7 @@ func TestPromtoolCheckRules(t *testing.T) {
 	if !strings.Contains(out, "SUCCESS") {
 		t.Errorf("promtool check rules: %s", out)
 	}
-	if len(loadRules(t).alerts()) == 0 {
+	if len(promrules.Load(t, rulesPath).Alerts()) == 0 {
 		t.Fatal("no alerts in the rules file")
 	}
 }
@@ -109,7 +111,7 @@ func TestEveryAlertUnitTested(t *testing.T) {
 		}
 	}
 	var names []string
-	for _, a := range loadRules(t).alerts() {
+	for _, a := range promrules.Load(t, rulesPath).Alerts() {
 		names = append(names, a.Alert)
 		if firing[a.Alert] == 0 {
 			t.Errorf("%s: no unit test where it fires", a.Alert)
@@ -143,7 +145,7 @@ func TestAlertAnnotations(t *testing.T) {
 		}
 	}
 	seen := map[string]bool{}
-	for _, a := range loadRules(t).alerts() {
+	for _, a := range promrules.Load(t, rulesPath).Alerts() {
 		if seen[a.Alert] {
 			t.Errorf("%s: defined twice", a.Alert)
 		}
@@ -254,7 +256,7 @@ func TestAlertsDocumented(t *testing.T) {
 		}
 	}
 
-	alerts := loadRules(t).alerts()
+	alerts := promrules.Load(t, rulesPath).Alerts()
 	var names []string
 	for _, a := range alerts {
 		names = append(names, a.Alert)

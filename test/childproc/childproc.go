@@ -1,15 +1,18 @@
 // Package childproc holds what tests and benchmarks need to run a server as
 // a child process: a free loopback address to give it, a buffer for its
-// output, a wait until it answers HTTP, and a graceful stop.
+// output, a wait until it answers HTTP, a graceful stop, and a start that
+// stops it when the test ends.
 package childproc
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"syscall"
@@ -44,27 +47,35 @@ func FreePort(tb testing.TB) int {
 }
 
 // WaitHTTP polls url until it answers 200 (or 401), exited closes (the
-// process behind it ended), or timeout passes.
+// process behind it ended), or timeout passes; the error says what url
+// last answered.
 func WaitHTTP(ctx context.Context, url string, exited <-chan struct{}, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
+	last := "no answer"
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
-		if resp, err := client.Do(req); err == nil {
+		resp, err := client.Do(req)
+		switch {
+		case err == nil:
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
 				return nil
 			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body))
+		case ctx.Err() == nil:
+			last = err.Error()
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("exited before answering %s", url)
+			return fmt.Errorf("exited before answering %s (last: %s)", url, last)
 		case <-ctx.Done():
-			return fmt.Errorf("no answer from %s within %s: %w", url, timeout, ctx.Err())
+			return fmt.Errorf("no answer from %s within %s (last: %s): %w", url, timeout, last, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -104,4 +115,32 @@ func Terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) {
 		p.Kill()
 		<-exited
 	}
+}
+
+// Start starts cmd, its environment and output already set, and stops it
+// when tb's test ends as Terminate does (grace 0 kills it at once), then
+// logs output, what it wrote, if the test failed. The channel closes once
+// the process has exited and cmd.ProcessState is set.
+func Start(tb testing.TB, name string, cmd *exec.Cmd, output fmt.Stringer, grace time.Duration) <-chan struct{} {
+	tb.Helper()
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	tb.Cleanup(func() {
+		if grace > 0 {
+			Terminate(cmd.Process, exited, grace)
+		} else {
+			cmd.Process.Kill()
+			<-exited
+		}
+		if tb.Failed() {
+			tb.Logf("---- output of %s (pid %d) ----\n%s---- end of %s ----", name, cmd.Process.Pid, output, name)
+		}
+	})
+	return exited
 }

@@ -84,6 +84,11 @@ var rules = []rule{
 	// The documentation check runs the built binary: outside its tests it
 	// imports nothing of the module.
 	{"test/docscheck", nil},
+	// The suites' builds of the module's commands run go build on the
+	// commands' import paths: the package imports none of them.
+	{"test/cmdbin", nil},
+	// The rules file's shape knows no other package of the module.
+	{"test/promrules", nil},
 	{"test/...", []string{"test/..."}},
 }
 

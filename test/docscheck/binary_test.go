@@ -20,29 +20,25 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 )
 
-// binPath is the binary TestMain builds; workDir, beside it, holds what
-// the tests share (probe values, configuration files), removed at the end.
-var binPath, workDir string
+// workDir holds what the tests share (probe values, configuration files),
+// removed at the end.
+var workDir string
 
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "docscheck-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "create build directory:", err)
+		fmt.Fprintln(os.Stderr, "create work directory:", err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binPath, workDir = filepath.Join(dir, "templatecenter"), dir
-	build := exec.Command("go", "build", "-o", binPath, "github.com/cubesandbox/cubetemplatecenter/cmd/templatecenter")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build templatecenter:", err)
-		return 1
-	}
+	workDir = dir
+	defer cmdbin.Cleanup()
 	defer func() {
 		if shared.f != nil {
 			shared.f.agent.stop()
@@ -85,7 +81,7 @@ func newBinary(t testing.TB) *binary {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	b := &binary{path: binPath, dir: dir, probeFile: filepath.Join(dir, "probe-value"), cache: map[string]checkResult{}}
+	b := &binary{path: cmdbin.Build{}.Path(t), dir: dir, probeFile: filepath.Join(dir, "probe-value"), cache: map[string]checkResult{}}
 	if err := os.WriteFile(b.probeFile, []byte("docscheck-probe-value-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

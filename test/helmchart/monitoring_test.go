@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/cubesandbox/cubetemplatecenter/test/promrules"
 )
 
 // The alert rules and the dashboard exist once, under packaging/; the
@@ -37,69 +39,12 @@ const (
 type prometheusRule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
-	Spec              ruleFile `json:"spec"`
-}
-
-// ruleFile is the body of a Prometheus rules file, which is also a
-// PrometheusRule's spec.
-type ruleFile struct {
-	Groups []ruleGroup `json:"groups"`
-}
-
-type ruleGroup struct {
-	Name     string `json:"name"`
-	Interval string `json:"interval,omitempty"`
-	Rules    []rule `json:"rules"`
-}
-
-type rule struct {
-	Alert       string            `json:"alert,omitempty"`
-	Record      string            `json:"record,omitempty"`
-	Expr        string            `json:"expr"`
-	For         string            `json:"for,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
-// alert returns the rule named name, failing the test when f lacks it.
-func (f ruleFile) alert(t testing.TB, name string) rule {
-	t.Helper()
-	for _, g := range f.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == name {
-				return r
-			}
-		}
-	}
-	t.Fatalf("no alert %s", name)
-	return rule{}
-}
-
-func (f ruleFile) count() int {
-	n := 0
-	for _, g := range f.Groups {
-		n += len(g.Rules)
-	}
-	return n
-}
-
-// sourceRules reads the packaged rules file strictly.
-func sourceRules(t testing.TB) ruleFile {
-	t.Helper()
-	data, err := os.ReadFile(rulesSource)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f ruleFile
-	if err := decodeStrict(data, &f); err != nil {
-		t.Fatalf("%s: %v", rulesSource, err)
-	}
-	return f
+	Spec              promrules.File `json:"spec"`
 }
 
 // promtoolCheck runs promtool check rules on f, as Prometheus would load
 // the PrometheusRule the operator turns into a rules file.
-func promtoolCheck(t testing.TB, f ruleFile) {
+func promtoolCheck(t testing.TB, f promrules.File) {
 	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
@@ -149,7 +94,7 @@ func TestChartCopiesMatch(t *testing.T) {
 // Service's name (the ServiceMonitor's job label); the overrides change
 // exactly what they name, and the result is still valid for Prometheus.
 func TestPrometheusRule(t *testing.T) {
-	src := sourceRules(t)
+	src := promrules.Load(t, rulesSource)
 	if m := render(t); len(m.prometheusRules) != 0 {
 		t.Errorf("a PrometheusRule rendered by default: it needs the operator's CRDs")
 	}
@@ -173,7 +118,7 @@ func TestPrometheusRule(t *testing.T) {
 		if sm := one(t, "ServiceMonitors", m.serviceMonitors); sm.Spec.Selector.MatchLabels["cube-templatecenter/service"] != "http" {
 			t.Fatalf("ServiceMonitor selector %v", sm.Spec.Selector)
 		}
-		want := sourceRules(t)
+		want := promrules.Load(t, rulesSource)
 		n := 0
 		for gi := range want.Groups {
 			for ri := range want.Groups[gi].Rules {
@@ -205,8 +150,8 @@ func TestPrometheusRule(t *testing.T) {
 			"--set", "prometheusRule.alertLabels.severity=page",
 			"--set", "prometheusRule.runbookBaseURL=https://wiki.example/tc/runbooks")
 		got := one(t, "PrometheusRules", m.prometheusRules).Spec
-		if got.count() != src.count()-1 {
-			t.Errorf("%d rules rendered, want %d (one disabled)", got.count(), src.count()-1)
+		if got.Count() != src.Count()-1 {
+			t.Errorf("%d rules rendered, want %d (one disabled)", got.Count(), src.Count()-1)
 		}
 		for _, g := range got.Groups {
 			for _, r := range g.Rules {
@@ -225,19 +170,19 @@ func TestPrometheusRule(t *testing.T) {
 			}
 		}
 		for name, want := range map[string]string{
-			"TemplateCenterBuildsSlow":        strings.Replace(strings.TrimSpace(src.alert(t, "TemplateCenterBuildsSlow").Expr), "> 1800", "> 3600", 1),
-			"TemplateCenterBuildFailuresHigh": strings.Replace(strings.TrimSpace(src.alert(t, "TemplateCenterBuildFailuresHigh").Expr), "> 0.25", "> 0.5", 1),
-			"TemplateCenterVolumeFillingUp":   strings.Replace(strings.TrimSpace(src.alert(t, "TemplateCenterVolumeFillingUp").Expr), "< 14400", "< 86400", 1),
-			"TemplateCenterSpoolUnhealthy":    src.alert(t, "TemplateCenterSpoolUnhealthy").Expr,
+			"TemplateCenterBuildsSlow":        strings.Replace(strings.TrimSpace(src.Alert(t, "TemplateCenterBuildsSlow").Expr), "> 1800", "> 3600", 1),
+			"TemplateCenterBuildFailuresHigh": strings.Replace(strings.TrimSpace(src.Alert(t, "TemplateCenterBuildFailuresHigh").Expr), "> 0.25", "> 0.5", 1),
+			"TemplateCenterVolumeFillingUp":   strings.Replace(strings.TrimSpace(src.Alert(t, "TemplateCenterVolumeFillingUp").Expr), "< 14400", "< 86400", 1),
+			"TemplateCenterSpoolUnhealthy":    src.Alert(t, "TemplateCenterSpoolUnhealthy").Expr,
 		} {
-			if e := got.alert(t, name).Expr; e != want {
+			if e := got.Alert(t, name).Expr; e != want {
 				t.Errorf("%s expr:\n%s\nwant:\n%s", name, e, want)
 			}
 		}
-		if f := got.alert(t, "TemplateCenterBuildsSlow").For; f != "30m" {
+		if f := got.Alert(t, "TemplateCenterBuildsSlow").For; f != "30m" {
 			t.Errorf("TemplateCenterBuildsSlow for %q, want 30m", f)
 		}
-		if s := got.alert(t, "TemplateCenterQueueStalled").Labels["severity"]; s != "warning" {
+		if s := got.Alert(t, "TemplateCenterQueueStalled").Labels["severity"]; s != "warning" {
 			t.Errorf("TemplateCenterQueueStalled severity %q, want warning", s)
 		}
 		promtoolCheck(t, got)

@@ -15,6 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/cmdbin"
 	"github.com/cubesandbox/cubetemplatecenter/test/images"
 )
 
@@ -37,9 +38,9 @@ var debCache = filepath.Join(images.DebianCacheRoot, "image-debs")
 
 // built is the package's image, made once by the first test that needs it.
 type built struct {
-	dir     string // temporary directory holding everything below
-	binary  string // the templatecenter binary in the image
-	tcimage string // the image builder
+	dir     string // temporary directory holding the image and its unpacked copy
+	binary  string // the templatecenter binary in the image (cmdbin's)
+	tcimage string // the image builder (cmdbin's)
 	layout  string // the OCI layout (tag latest)
 	archive string // the OCI archive of it
 	digest  string // the index digest tcimage printed
@@ -57,6 +58,7 @@ func TestMain(m *testing.M) {
 	if fixture.dir != "" {
 		os.RemoveAll(fixture.dir)
 	}
+	cmdbin.Cleanup()
 	os.Exit(code)
 }
 
@@ -93,16 +95,10 @@ func (b *built) build() error {
 		return err
 	}
 	b.dir = dir
-	root, err := moduleRoot()
-	if err != nil {
+	if b.binary, err = (cmdbin.Build{Version: testVersion, Revision: testRevision}).Binary(); err != nil {
 		return err
 	}
-	b.binary = filepath.Join(dir, "templatecenter")
-	b.tcimage = filepath.Join(dir, "tcimage")
-	if err := goBuild(root, b.binary, "./cmd/templatecenter", "-X main.Version="+testVersion+" -X main.Revision="+testRevision); err != nil {
-		return err
-	}
-	if err := goBuild(root, b.tcimage, "./cmd/tcimage", ""); err != nil {
+	if b.tcimage, err = (cmdbin.Build{Command: "tcimage"}).Binary(); err != nil {
 		return err
 	}
 	b.layout = filepath.Join(dir, "image")
@@ -134,24 +130,6 @@ func (b *built) runBuilder(out, archive string) (string, error) {
 		return "", fmt.Errorf("tcimage: %w\n%s", err, stderr.String())
 	}
 	return strings.TrimSpace(stdout.String()), nil
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
-}
-
-func goBuild(root, out, pkg, ldflags string) error {
-	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if o, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, o)
-	}
-	return nil
 }
 
 // TestReproducible: building again from the same binary, packages and

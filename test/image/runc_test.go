@@ -230,34 +230,12 @@ func (c *container) waitExit(t *testing.T, within time.Duration) int {
 	}
 }
 
-// waitServing polls path until it answers want; it fails at once if the
+// waitServing polls path until it answers 200; it fails at once if the
 // container exits.
-func (c *container) waitServing(t *testing.T, path string, want int) {
+func (c *container) waitServing(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	client := &http.Client{Timeout: 2 * time.Second}
-	last := "no answer"
-	for {
-		select {
-		case <-c.done:
-			t.Fatalf("container %s exited with code %d before %s answered %d", c.name, c.cmd.ProcessState.ExitCode(), path, want)
-		default:
-		}
-		resp, err := client.Get(c.baseURL() + path)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return
-			}
-			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
-		} else {
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("container %s: %s did not answer %d within %s (last: %s)", c.name, path, want, waitLimit, last)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := childproc.WaitHTTP(t.Context(), c.baseURL()+path, c.done, waitLimit); err != nil {
+		t.Fatalf("container %s: %v", c.name, err)
 	}
 }
 
@@ -366,12 +344,12 @@ func TestAgentInContainer(t *testing.T) {
 	heldRef := reg.Push(t, "image-test/held:v1", held)
 
 	c := startContainer(t, b, "agent", agentConfig(reg), "CUBE_MASTER_ADDR="+cm.URL(), "CUBE_TEMPLATE_CALLBACK_TOKEN="+token)
-	c.waitServing(t, "/health", http.StatusOK)
+	c.waitServing(t, "/health")
 	if line, ok := findLine(c.out.String(), "gzip_inflate="); !ok || !strings.Contains(line, "gzip_inflate=isal") {
 		t.Errorf("the agent in the image does not inflate with ISA-L (libisal2): start line %q", line)
 	}
 	// The readiness checker's first round may still be running.
-	c.waitServing(t, "/readyz", http.StatusOK)
+	c.waitServing(t, "/readyz")
 	if code := c.get(t, "/livez"); code != http.StatusOK {
 		t.Errorf("GET /livez = %d, want 200", code)
 	}
@@ -455,7 +433,7 @@ func TestDatabaseDownInContainer(t *testing.T) {
 		"user": "cube", "db_name": "cube", "conn_timeout": 1,
 	}}
 	c := startContainer(t, b, "dbdown", cfg, "CUBE_TEMPLATE_CENTER_DB_PASSWORD=not-a-real-password", "CUBE_TEMPLATE_CALLBACK_TOKEN="+token)
-	c.waitServing(t, "/livez", http.StatusOK)
+	c.waitServing(t, "/livez")
 	// Not ready for the database alone: the volumes work. The checker's
 	// first round may still be running (also 503, for another reason).
 	type checks struct {
@@ -473,17 +451,8 @@ func TestDatabaseDownInContainer(t *testing.T) {
 			fmt.Sprintf("%d %s", code, body)
 	}
 	for _, path := range []string{"/readyz", "/health"} {
-		deadline := time.Now().Add(waitLimit)
-		for {
-			ok, last := onlyDatabase(path)
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET %s with the database down: %s; want 503 with only the database failing", path, last)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		wait.Until(t, waitLimit, "GET "+path+" with the database down to answer 503 with only the database failing",
+			func() (bool, string) { return onlyDatabase(path) })
 	}
 	// Liveness never asks the database: still 200, so Kubernetes keeps
 	// the pod and only stops routing builds to it.
