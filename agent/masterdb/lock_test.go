@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/test/dbserver"
+	"github.com/cubesandbox/cubetemplatecenter/test/wait"
 )
 
 func TestLockName(t *testing.T) {
@@ -210,7 +211,7 @@ func TestLockCheck(t *testing.T) {
 			}
 			killLockSession(t, admin, o.Driver, name)
 			var taken *Lock
-			waitUntil(t, "another session to take the lock", func() bool {
+			wait.For(t, "another session to take the lock", func() bool {
 				var err error
 				taken, ok, err = other.TryLock(ctx, name, LockOptions{Keepalive: time.Hour})
 				return err == nil && ok
@@ -237,18 +238,6 @@ func TestLockCheck(t *testing.T) {
 				t.Error("Check after Release took the lock again")
 			}
 		})
-	}
-}
-
-// waitUntil polls cond for up to 30 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

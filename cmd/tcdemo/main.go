@@ -41,6 +41,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/cubesandbox/cubetemplatecenter/test/childproc"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
 )
 
@@ -89,12 +90,13 @@ func run(binary, out string) error {
 	if err := writeDemoCA(caPath); err != nil {
 		return fmt.Errorf("create demo egress CA: %w", err)
 	}
-	port, err := freePort()
+	addr, err := childproc.FreeLoopbackAddr()
 	if err != nil {
 		return err
 	}
+	_, port, _ := net.SplitHostPort(addr)
 	conf := filepath.Join(out, "conf.yaml")
-	yaml := fmt.Sprintf("common:\n  http_bind: 127.0.0.1\n  http_port: %d\nstore:\n  dir: %s\n  work_dir: %s\nspool:\n  path: %s\nbuild:\n  ca_path: %s\nregistry:\n  insecure: [%q]\n",
+	yaml := fmt.Sprintf("common:\n  http_bind: 127.0.0.1\n  http_port: %s\nstore:\n  dir: %s\n  work_dir: %s\nspool:\n  path: %s\nbuild:\n  ca_path: %s\nregistry:\n  insecure: [%q]\n",
 		port, filepath.Join(out, "store"), filepath.Join(out, "work"), filepath.Join(out, "state", "spool.db"),
 		caPath, strings.TrimPrefix(reg.URL, "http://"))
 	if err := os.WriteFile(conf, []byte(yaml), 0o644); err != nil {
@@ -117,8 +119,8 @@ func run(binary, out string) error {
 		agent.Process.Signal(syscall.SIGTERM)
 		agent.Wait()
 	}()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if err := waitHealthy(ctx, base); err != nil {
+	base := "http://" + addr
+	if err := childproc.WaitHTTP(ctx, base+"/health", nil, time.Minute); err != nil {
 		return fmt.Errorf("%w (agent log: %s)", err, logPath)
 	}
 	fmt.Printf("3. templatecenter agent (pid %d) healthy at %s, log in %s\n", agent.Process.Pid, base, logPath)
@@ -232,32 +234,6 @@ func dir(tw *tar.Writer, name string, mode int64) {
 func file(tw *tar.Writer, name string, mode int64, content string) {
 	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(content)), ModTime: demoTime})
 	tw.Write([]byte(content))
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func waitHealthy(ctx context.Context, base string) error {
-	for {
-		resp, err := http.Get(base + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("agent never became healthy: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // writeDemoCA creates a throwaway self-signed root CA standing in for the
