@@ -190,9 +190,9 @@ func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error
 			}
 		}
 	})
-	var watcher *agent.ConfigWatcher
+	var watcher *config.Watcher
 	if path := report.Path; path != "" {
-		watcher, err = agent.WatchConfig(runCtx, path, logger, func() {
+		watcher, err = config.Watch(runCtx, path, logger, func() {
 			logger.Info("configuration file changed, reloading", "path", path)
 			a.Reload()
 		})
