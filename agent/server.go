@@ -7,16 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
+	"github.com/cubesandbox/cubetemplatecenter/agent/httpobs"
+	"github.com/cubesandbox/cubetemplatecenter/agent/space"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -36,8 +36,12 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", a.handleReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
 	mux.Handle(apiPrefix, apiNotFound(mux))
-	return a.http.wrap(mux)
+	return a.http.Wrap(mux)
 }
+
+// probeRoutes are the probes' routes: their 503 is an answer, with the
+// reasons in the body, not a rejected request.
+var probeRoutes = []string{"GET /health", "GET /livez", "GET /readyz"}
 
 // apiPrefix is where every answer is JSON, errors included.
 const apiPrefix = "/tc/api/v1/"
@@ -76,7 +80,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	noteReason(w, msg)
+	httpobs.NoteReason(w, msg)
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
@@ -136,7 +140,7 @@ func (a *Agent) admit(w http.ResponseWriter, r *http.Request) bool {
 // or 400 itself when it cannot.
 func (a *Agent) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	limit := int64(a.config().Common.MaxBodyBytes)
-	body, err := io.ReadAll(http.MaxBytesReader(serverWriter(w), r.Body, limit))
+	body, err := io.ReadAll(http.MaxBytesReader(httpobs.ServerWriter(w), r.Body, limit))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -169,10 +173,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request.source_image_ref: "+err.Error())
 		return
 	}
-	noteAttrs(w, "job_id", b.JobID)
+	httpobs.NoteAttrs(w, "job_id", b.JobID)
 	if status, msg, cause := a.checkJobRow(r.Context(), b); status != 0 {
 		if cause != nil {
-			noteAttrs(w, "err", cause)
+			httpobs.NoteAttrs(w, "err", cause)
 		}
 		writeError(w, status, msg)
 		return
@@ -180,7 +184,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	log := a.logger.With("job_id", b.JobID)
 	// Refuse before trying rather than fail the commit: a 503 is retried
 	// by CubeMaster, a 500 is final.
-	if err := volumeNamed(a.config(), "spool").roomFor(0); err != nil {
+	if err := space.Named(a.config(), space.Spool).RoomFor(0); err != nil {
 		writeRetryLater(w, http.StatusServiceUnavailable, "cannot accept jobs: "+err.Error())
 		return
 	}
@@ -211,7 +215,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrJobExists):
 		writeError(w, http.StatusConflict, "build job already in flight")
 	case errors.Is(err, spool.ErrQueueFull):
-		noteAttrs(w, "queue_size", a.config().Build.QueueSize)
+		httpobs.NoteAttrs(w, "queue_size", a.config().Build.QueueSize)
 		writeError(w, http.StatusTooManyRequests, "build queue is full")
 	case errors.Is(err, spool.ErrCannotWrite):
 		log.Error("commit job: spool storage refuses writes", "err", err)
@@ -323,7 +327,7 @@ func (a *Agent) handleJobCancel(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrNotFound):
 		writeError(w, http.StatusNotFound, "job not found")
 	case errors.Is(err, spool.ErrFinished):
-		noteReason(w, "job already finished: "+string(j.State))
+		httpobs.NoteReason(w, "job already finished: "+string(j.State))
 		writeJSON(w, http.StatusConflict, map[string]string{"error": "job already finished: " + string(j.State),
 			"job_id": id, "state": string(j.State)})
 	case err != nil:
@@ -354,49 +358,4 @@ func (a *Agent) handleJobs(w http.ResponseWriter, r *http.Request) {
 		views = append(views, View(j))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": views})
-}
-
-// handleHealth answers upstream's shape ({"status", "checks"}) from the
-// last round of readiness checks, never running one itself. A caller with
-// the token also gets the errors, the volumes' space and the blob store's
-// credentials source.
-func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
-	verbose, ok := a.verbose(w, r)
-	if !ok {
-		return
-	}
-	code, body := a.readiness(verbose)
-	if !verbose {
-		writeJSON(w, code, map[string]any{"status": body["status"], "checks": body["checks"]})
-		return
-	}
-	space := map[string]spaceView{}
-	for _, v := range volumes(a.config()) {
-		if sp, err := v.space(); err == nil {
-			space[v.name] = spaceView{Dir: v.dir, SizeBytes: sp.Size, FreeBytes: sp.Free, ReserveBytes: sp.Reserve}
-		}
-	}
-	body["space"] = space
-	if c, ok := a.objects.(interface{ CredentialsSource() string }); ok {
-		// Which source signs S3 requests (static, env_aws, web_identity,
-		// ...), never the keys: a wrong role shows here.
-		body["blobstore_credentials"] = c.CredentialsSource()
-	}
-	writeJSON(w, code, body)
-}
-
-// storeWritable checks the store directory exists and may be written (a
-// read-only mount fails too).
-func storeWritable(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("store %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("store %s is not a directory", dir)
-	}
-	if err := unix.Access(dir, unix.W_OK); err != nil {
-		return fmt.Errorf("store %s is not writable: %w", dir, err)
-	}
-	return nil
 }
