@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
@@ -29,8 +30,11 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/health"
 	"github.com/cubesandbox/cubetemplatecenter/agent/httpobs"
 	"github.com/cubesandbox/cubetemplatecenter/agent/jobs"
+	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/report"
 	"github.com/cubesandbox/cubetemplatecenter/agent/space"
+	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -78,6 +82,28 @@ type Agent struct {
 	// boundOverride replaces loops' liveness bounds (tests).
 	boundOverride map[string]time.Duration
 }
+
+// Database is what the agent needs of CubeMaster's database: the job row
+// a build submit is checked against, the build lock and READY rows shared
+// with other replicas, the artifact rows deletes claim, and a probe for
+// the readiness checks. *masterdb.DB is one.
+type Database interface {
+	JobForSubmit(ctx context.Context, jobID string) (masterdb.JobRow, error)
+	Ping(ctx context.Context) error
+	artifacts.Rows
+}
+
+var _ Database = (*masterdb.DB)(nil)
+
+// LiveProgress publishes jobs' pull progress where CubeMaster overlays it
+// on job polls. It must never block: *liveprogress.Publisher is one.
+type LiveProgress interface {
+	jobs.LiveProgress
+	// Ping checks the destination answers, for the readiness checks.
+	Ping(ctx context.Context) error
+}
+
+var _ LiveProgress = (*liveprogress.Publisher)(nil)
 
 // ConfigLoader reads the configuration from where main found it.
 type ConfigLoader func() (*config.Config, error)
@@ -141,8 +167,12 @@ func New(o Options) *Agent {
 		stopReserve:      o.StopReserve,
 		abort:            make(chan struct{}),
 		purgeEvery:       defaultPurgeEvery,
-		tracer:           tracerOf(o.TracerProvider),
 	}
+	tp := o.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	a.tracer = tp.Tracer(tracing.Scope)
 	if a.level == nil {
 		a.level = new(slog.LevelVar)
 	}

@@ -12,11 +12,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/httpobs"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/space"
+	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -232,6 +236,59 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 			"request_id", b.Template.RequestID)
 		writeJSON(w, http.StatusOK, map[string]string{"status": "accepted", "job_id": b.JobID})
 	}
+}
+
+// checkJobRow binds a submit to CubeMaster's job row, when a database is
+// configured: the row must exist and be PENDING or RUNNING (else 404), its
+// request snapshot must be the submitted request (else 400), and a
+// database that cannot be reached answers 503, which CubeMaster retries.
+// It returns the status and message to answer with, or 0 to go on, and the
+// error behind a refusal, for the log line of the rejected request.
+func (a *Agent) checkJobRow(ctx context.Context, b *api.Build) (int, string, error) {
+	if a.db == nil {
+		return 0, "", nil
+	}
+	log := a.logger.With("job_id", b.JobID)
+	row, err := a.db.JobForSubmit(ctx, b.JobID)
+	switch {
+	case errors.Is(err, masterdb.ErrJobNotFound):
+		return http.StatusNotFound, "build job not found", nil
+	case errors.Is(err, masterdb.ErrUnavailable):
+		return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later", err
+	case err != nil:
+		log.Error("read job row", "err", err)
+		return http.StatusInternalServerError, "check job row: " + err.Error(), err
+	case !row.Buildable():
+		return http.StatusNotFound, fmt.Sprintf("build job not buildable: status is %q", row.Status), nil
+	}
+	same, err := row.MatchesRequest(b.Request)
+	switch {
+	case err != nil:
+		log.Error("compare request with the job's snapshot", "err", err)
+		return http.StatusInternalServerError, "check job row: " + err.Error(), err
+	case !same:
+		return http.StatusBadRequest, "request does not match the job's stored request", nil
+	}
+	return 0, "", nil
+}
+
+// startSubmit starts the span of accepting a build, child of the trace
+// context CubeMaster sent (a new root without one). Its context is stored
+// with the job: every run of the job and every report continues it.
+func (a *Agent) startSubmit(r *http.Request, b *api.Build) (trace.Span, tracing.Stored) {
+	ctx := tracing.FromHeader(context.WithoutCancel(r.Context()), r.Header)
+	ctx, span := a.tracer.Start(ctx, tracing.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String(tracing.AttrJobID, b.JobID), attribute.String(tracing.AttrRequestID, b.Template.RequestID),
+		attribute.String(tracing.AttrTemplateID, b.Template.TemplateID), attribute.String(tracing.AttrImage, b.Template.SourceImageRef)))
+	return span, tracing.Store(ctx)
+}
+
+// endSubmit ends the submit span; a job already known is no error.
+func endSubmit(span trace.Span, err error) {
+	if errors.Is(err, spool.ErrJobExists) {
+		err = nil
+	}
+	tracing.End(span, err)
 }
 
 // handleArtifactDelete deletes an artifact's data, idempotently.
