@@ -1,9 +1,10 @@
 // Package agent is the CubeTemplateCenter daemon shell: the HTTP API
 // CubeMaster calls, the run loop that starts and stops the executor
 // (package jobs), the artifacts' sweeps (package artifacts) and the
-// reporter (package report), the metrics registry, and the systemd
-// integration (readiness, watchdog, status, reload). Durable state lives
-// in the spool; the image work in rootfs.
+// reporter (package report), the metrics registry, the list of readiness
+// checks (run by package health), and the systemd integration (readiness,
+// watchdog, status, reload). Durable state lives in the spool; the image
+// work in rootfs.
 package agent
 
 import (

@@ -21,8 +21,9 @@ const spoolScrapeTimeout = 2 * time.Second
 // Subsystems: jobs (the life of build jobs), build (the image work),
 // callback (reports to CubeMaster), queue and outbox (spool depths, with
 // spool_scrape_success), layer_cache, blobstore and, with a database,
-// replica and reconcile. The build and artifacts packages register their
-// own through scoped.
+// replica and reconcile, http, volume, health. The packages that keep
+// them (jobs, artifacts, httpobs, space, collect, health) register theirs
+// through scoped.
 type metrics struct {
 	registry *prometheus.Registry
 	// collectors are all the registry holds, in registration order.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -83,7 +82,7 @@ func (a *Agent) readinessChecks() []health.Check {
 			}
 			return nil
 		}},
-		{Name: "store", Run: func(context.Context) error { return storeWritable(cfg.Store.Dir) }},
+		{Name: "store", Run: func(context.Context) error { return space.Named(cfg, space.Store).Writable() }},
 	}
 	for _, v := range space.Volumes(cfg) {
 		// Below its reserve every build (store, work_dir) or every
@@ -157,22 +156,6 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		body["blobstore_credentials"] = c.CredentialsSource()
 	}
 	writeJSON(w, code, body)
-}
-
-// storeWritable checks the store directory exists and may be written (a
-// read-only mount fails too).
-func storeWritable(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("store %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("store %s is not a directory", dir)
-	}
-	if err := unix.Access(dir, unix.W_OK); err != nil {
-		return fmt.Errorf("store %s is not writable: %w", dir, err)
-	}
-	return nil
 }
 
 // handleReadyz answers the last round of readiness checks: 200 when no

@@ -1,7 +1,8 @@
-// Package space watches the room on the filesystems the agent writes to
-// (the store, the spool's directory, the work directory): each one's
-// reserve kept free, the refusal of a write that would take it below,
-// the guard that stops an upload once it does, and the volume series.
+// Package space watches the filesystems the agent writes to (the store,
+// the spool's directory, the work directory): whether one can be written
+// at all, the reserve kept free on each, the refusal of a write that would
+// take one below it, the guard that stops an upload once it does, and the
+// volume series.
 package space
 
 import (
@@ -10,9 +11,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
@@ -91,6 +94,22 @@ func (v Volume) Check() error {
 		return err
 	}
 	return v.BelowReserve(sp)
+}
+
+// Writable checks v's directory exists and may be written (a read-only
+// mount fails too).
+func (v Volume) Writable() error {
+	fi, err := os.Stat(v.Dir)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", v.Name, v.Dir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s %s is not a directory", v.Name, v.Dir)
+	}
+	if err := unix.Access(v.Dir, unix.W_OK); err != nil {
+		return fmt.Errorf("%s %s is not writable: %w", v.Name, v.Dir, err)
+	}
+	return nil
 }
 
 // RoomFor returns BelowReserve's error when writing n more bytes would take

@@ -62,6 +62,26 @@ func reservedStore(t *testing.T) (Volume, string) {
 	return Named(cfg, Store), dir
 }
 
+// TestWritable: the store must be a directory the agent may write to.
+func TestWritable(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	if err := Named(cfg, Store).Writable(); err != nil {
+		t.Errorf("Writable of a fresh directory = %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.Dir = file
+	if err := Named(cfg, Store).Writable(); err == nil || err.Error() != "store "+file+" is not a directory" {
+		t.Errorf("Writable of a file = %v", err)
+	}
+	cfg.Store.Dir = filepath.Join(file, "store")
+	if err := Named(cfg, Store).Writable(); err == nil || !strings.HasPrefix(err.Error(), "store "+cfg.Store.Dir+": ") {
+		t.Errorf("Writable of a path through a file = %v", err)
+	}
+}
+
 // TestReserve: a write that would take the volume below its reserve is
 // refused naming the volume and the setting; one that leaves it is not.
 func TestReserve(t *testing.T) {
