@@ -1,9 +1,10 @@
 // Package agent is the CubeTemplateCenter daemon shell: the HTTP API
 // CubeMaster calls, the run loop that starts and stops the executor
 // (package jobs), the artifacts' sweeps (package artifacts) and the
-// reporter (package report), the metrics registry, and the systemd
-// integration (readiness, watchdog, status, reload). Durable state lives
-// in the spool; the image work in rootfs.
+// reporter (package report), the metrics registry, the list of readiness
+// checks (run by package health), and the systemd integration (readiness,
+// watchdog, status, reload). Durable state lives in the spool; the image
+// work in rootfs.
 package agent
 
 import (
@@ -20,14 +21,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
+	"github.com/cubesandbox/cubetemplatecenter/agent/collect"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
 	"github.com/cubesandbox/cubetemplatecenter/agent/health"
+	"github.com/cubesandbox/cubetemplatecenter/agent/httpobs"
 	"github.com/cubesandbox/cubetemplatecenter/agent/jobs"
+	"github.com/cubesandbox/cubetemplatecenter/agent/liveprogress"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
 	"github.com/cubesandbox/cubetemplatecenter/agent/report"
+	"github.com/cubesandbox/cubetemplatecenter/agent/space"
+	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -46,7 +54,7 @@ type Agent struct {
 	logger           *slog.Logger
 	level            *slog.LevelVar
 	metrics          *metrics
-	http             *httpObserver
+	http             *httpobs.Observer
 	tracer           trace.Tracer
 	exec             *jobs.Executor
 	reporter         *report.Reporter
@@ -68,14 +76,35 @@ type Agent struct {
 	reloadMu  sync.Mutex
 	// purgeEvery is how often finished jobs past retention are forgotten.
 	purgeEvery time.Duration
-	// beats are the loops' last rounds, for /livez; started is when they
-	// started. health keeps the readiness checks' last round.
-	beats   heartbeats
-	started atomic.Pointer[time.Time]
-	health  *health.Checker
+	// loops are the watched loops' last rounds, for /livez; health keeps
+	// the readiness checks' last round.
+	loops  health.Loops
+	health *health.Checker
 	// boundOverride replaces loops' liveness bounds (tests).
 	boundOverride map[string]time.Duration
 }
+
+// Database is what the agent needs of CubeMaster's database: the job row
+// a build submit is checked against, the build lock and READY rows shared
+// with other replicas, the artifact rows deletes claim, and a probe for
+// the readiness checks. *masterdb.DB is one.
+type Database interface {
+	JobForSubmit(ctx context.Context, jobID string) (masterdb.JobRow, error)
+	Ping(ctx context.Context) error
+	artifacts.Rows
+}
+
+var _ Database = (*masterdb.DB)(nil)
+
+// LiveProgress publishes jobs' pull progress where CubeMaster overlays it
+// on job polls. It must never block: *liveprogress.Publisher is one.
+type LiveProgress interface {
+	jobs.LiveProgress
+	// Ping checks the destination answers, for the readiness checks.
+	Ping(ctx context.Context) error
+}
+
+var _ LiveProgress = (*liveprogress.Publisher)(nil)
 
 // ConfigLoader reads the configuration from where main found it.
 type ConfigLoader func() (*config.Config, error)
@@ -139,8 +168,12 @@ func New(o Options) *Agent {
 		stopReserve:      o.StopReserve,
 		abort:            make(chan struct{}),
 		purgeEvery:       defaultPurgeEvery,
-		tracer:           tracerOf(o.TracerProvider),
 	}
+	tp := o.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	a.tracer = tp.Tracer(tracing.Scope)
 	if a.level == nil {
 		a.level = new(slog.LevelVar)
 	}
@@ -152,16 +185,16 @@ func New(o Options) *Agent {
 	}
 	a.cfg.Store(o.Config)
 	a.metrics = newMetrics(o.Spool, o.Logger)
-	a.http = newHTTPObserver(o.Logger)
-	a.metrics.register(append(a.http.metrics.collectors(), newBuildInfo(o.BuildInfo))...)
-	a.metrics.register(newSpaceCollector(a.config, o.Logger))
+	a.http = httpobs.New(o.Logger, probeRoutes...)
 	a.health = health.New(a.readinessChecks, checkTimeout)
-	a.metrics.scoped().MustRegister(a.health.Collectors()...)
-	if c, ok := o.Builder.(layerCache); ok {
-		a.metrics.register(newLayerCacheCollector(c))
+	reg := a.metrics.scoped()
+	reg.MustRegister(append(a.http.Collectors(), newBuildInfo(o.BuildInfo), space.NewCollector(a.config, o.Logger))...)
+	reg.MustRegister(a.health.Collectors()...)
+	if c, ok := o.Builder.(collect.LayerCache); ok {
+		reg.MustRegister(collect.Layers(c))
 	}
 	a.reporter = report.New(o.Spool, a.reportSettings, o.Logger.With("component", "reporter"), a.metrics.observeCallback, o.TracerProvider)
-	a.reporter.Beat = func() { a.beats.beat(loopReporter, time.Now()) }
+	a.reporter.Beat = func() { a.loops.Beat(loopReporter, time.Now()) }
 	for _, part := range []any{o.LiveProgress, o.TracerProvider} {
 		if c, ok := part.(interface{ Collectors() []prometheus.Collector }); ok {
 			a.metrics.register(c.Collectors()...)
@@ -172,11 +205,11 @@ func New(o Options) *Agent {
 	artOpts := artifacts.Options{Index: o.Spool, Store: a.store, Objects: o.Objects, Prefix: as.S3.Prefix,
 		PresignTTL: as.PresignTTL, KeepLocal: as.KeepLocal, RecordSecret: as.RecordSecret.Reveal(),
 		Replicas: replicas, AbandonAfter: func() time.Duration { return a.config().Build.Timeout },
-		Logger: o.Logger, Metrics: a.metrics.scoped()}
+		Logger: o.Logger, Metrics: reg}
 	execOpts := jobs.Options{Jobs: o.Spool, Builder: o.Builder, Reporter: a.reporter,
 		Settings: func() config.Build { return a.config().Build },
-		Logger:   o.Logger, Tracer: a.tracer, Metrics: a.metrics.scoped(),
-		Beat: func() { a.beats.beat(loopDispatcher, time.Now()) }}
+		Logger:   o.Logger, Tracer: a.tracer, Metrics: reg,
+		Beat: func() { a.loops.Beat(loopDispatcher, time.Now()) }}
 	// Typed nils would pass for a database or a publisher that is there.
 	if o.Database != nil {
 		artOpts.Rows = o.Database
@@ -226,7 +259,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	defer cancelBuilds()
 	reportCtx, cancelReports := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReports()
-	a.startBeats()
+	a.loops.Start(watchedLoops, time.Now())
 	var bg sync.WaitGroup
 	bg.Add(2)
 	go func() { defer bg.Done(); a.reporter.Run(reportCtx) }()
@@ -379,7 +412,7 @@ func (a *Agent) statusLoop(ctx context.Context) {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
-		a.beats.beat(loopStatus, time.Now())
+		a.loops.Beat(loopStatus, time.Now())
 		q, r, err := a.spool.Counts(ctx)
 		if err == nil {
 			o, _ := a.spool.OutboxDepth(ctx)

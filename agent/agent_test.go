@@ -841,37 +841,6 @@ func TestReloadAppliesValidAndRefusesInvalid(t *testing.T) {
 	}
 }
 
-func TestWatchConfigSeesRenameReplace(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "conf.yaml")
-	os.WriteFile(path, []byte("log:\n  level: info\n"), 0o644)
-	reloads := make(chan struct{}, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h := newHarness(t, nil)
-	cw, err := WatchConfig(ctx, path, slog.New(slog.NewTextHandler(h.logs, nil)), func() { reloads <- struct{}{} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cw.Close()
-	tmp := filepath.Join(dir, ".conf.yaml.swp")
-	os.WriteFile(tmp, []byte("log:\n  level: debug\n"), 0o644)
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-reloads:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no reload after rename-replace of the config file")
-	}
-	os.WriteFile(filepath.Join(dir, "other.yaml"), []byte("x"), 0o644)
-	select {
-	case <-reloads:
-		t.Error("a change to another file triggered a reload")
-	case <-time.After(600 * time.Millisecond):
-	}
-}
-
 func TestNotifyAndWatchdog(t *testing.T) {
 	interval := 200 * time.Millisecond
 	h2 := newHarness(t, nil)

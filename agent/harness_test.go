@@ -24,6 +24,7 @@ import (
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/blobstore"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
+	"github.com/cubesandbox/cubetemplatecenter/agent/space"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
 	"github.com/cubesandbox/cubetemplatecenter/test/cubemaster"
@@ -303,12 +304,12 @@ func (h *harness) waitHealthy() {
 // healthBody is what /health answers; the errors, warnings, space and
 // credentials source only to a caller with the token.
 type healthBody struct {
-	Status      string               `json:"status"`
-	Checks      map[string]bool      `json:"checks"`
-	Errors      map[string]string    `json:"errors"`
-	Warnings    map[string]string    `json:"warnings"`
-	Space       map[string]spaceView `json:"space"`
-	Credentials string               `json:"blobstore_credentials"`
+	Status      string                `json:"status"`
+	Checks      map[string]bool       `json:"checks"`
+	Errors      map[string]string     `json:"errors"`
+	Warnings    map[string]string     `json:"warnings"`
+	Space       map[string]space.View `json:"space"`
+	Credentials string                `json:"blobstore_credentials"`
 }
 
 // health fetches /health, with the token when verbose.

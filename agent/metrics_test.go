@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -117,8 +119,7 @@ func fullMetrics(t *testing.T) *metrics {
 	m := a.metrics
 	a.health.Round(ctx)
 	m.observeCallback("delivered", true)
-	a.http.metrics.requests.WithLabelValues("POST /tc/api/v1/build", "POST", "200")
-	a.http.metrics.duration.WithLabelValues("POST /tc/api/v1/build")
+	a.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/livez", nil))
 	return m
 }
 
@@ -169,104 +170,6 @@ func TestSameHelp(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("sameHelp = %v, want %v", got, want)
 	}
-}
-
-// fakeSpoolCounts answers the spool collector's queries; nil funcs fail.
-type fakeSpoolCounts struct {
-	CountsFunc      func(ctx context.Context) (queued, running int, err error)
-	OutboxDepthFunc func(ctx context.Context) (int, error)
-	OldestFunc      func(ctx context.Context) (time.Time, bool, error)
-}
-
-var _ spoolCounts = (*fakeSpoolCounts)(nil)
-
-func (f *fakeSpoolCounts) Counts(ctx context.Context) (int, int, error) {
-	if f.CountsFunc == nil {
-		return 0, 0, errors.New("count jobs: database is locked")
-	}
-	return f.CountsFunc(ctx)
-}
-
-func (f *fakeSpoolCounts) OutboxDepth(ctx context.Context) (int, error) {
-	if f.OutboxDepthFunc == nil {
-		return 0, errors.New("count outbox: database is locked")
-	}
-	return f.OutboxDepthFunc(ctx)
-}
-
-func (f *fakeSpoolCounts) OldestReport(ctx context.Context) (time.Time, bool, error) {
-	if f.OldestFunc == nil {
-		return time.Time{}, false, errors.New("read the outbox's oldest report: database is locked")
-	}
-	return f.OldestFunc(ctx)
-}
-
-func TestSpoolCollector(t *testing.T) {
-	const (
-		queueHelp = `# HELP cube_templatecenter_queue_depth Jobs waiting in the queue.
-# TYPE cube_templatecenter_queue_depth gauge
-`
-		outboxHelp = `# HELP cube_templatecenter_outbox_depth Status reports not yet delivered to CubeMaster.
-# TYPE cube_templatecenter_outbox_depth gauge
-`
-		oldestHelp = `# HELP cube_templatecenter_outbox_oldest_report_age_seconds Age of the oldest status report not yet delivered to CubeMaster; 0 when none waits.
-# TYPE cube_templatecenter_outbox_oldest_report_age_seconds gauge
-`
-		successHelp = `# HELP cube_templatecenter_spool_scrape_success Whether this scrape read the queue and outbox depths and the oldest report's age from the spool (1) or not (0).
-# TYPE cube_templatecenter_spool_scrape_success gauge
-`
-	)
-	counts := func(context.Context) (int, int, error) { return 3, 1, nil }
-	outbox := func(context.Context) (int, error) { return 2, nil }
-	// Queued an hour ago: the age is a whole number of seconds give or
-	// take the test's run, so compare it rounded.
-	oldest := func(context.Context) (time.Time, bool, error) { return time.Now().Add(-time.Hour), true, nil }
-	none := func(context.Context) (time.Time, bool, error) { return time.Time{}, false, nil }
-	for _, c := range []struct {
-		name  string
-		spool *fakeSpoolCounts
-		want  string
-		warns int
-	}{
-		{"Success", &fakeSpoolCounts{CountsFunc: counts, OutboxDepthFunc: outbox, OldestFunc: none},
-			queueHelp + "cube_templatecenter_queue_depth 3\n" + outboxHelp + "cube_templatecenter_outbox_depth 2\n" +
-				oldestHelp + "cube_templatecenter_outbox_oldest_report_age_seconds 0\n" +
-				successHelp + "cube_templatecenter_spool_scrape_success 1\n", 0},
-		{"SpoolFails", &fakeSpoolCounts{},
-			successHelp + "cube_templatecenter_spool_scrape_success 0\n", 1},
-		{"OutboxFails", &fakeSpoolCounts{CountsFunc: counts, OldestFunc: none},
-			queueHelp + "cube_templatecenter_queue_depth 3\n" + oldestHelp + "cube_templatecenter_outbox_oldest_report_age_seconds 0\n" +
-				successHelp + "cube_templatecenter_spool_scrape_success 0\n", 1},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var logs syncBuffer
-			col := newSpoolCollector(c.spool, slog.New(slog.NewTextHandler(&logs, nil)), time.Second)
-			if err := testutil.CollectAndCompare(col, strings.NewReader(c.want)); err != nil {
-				t.Error(err)
-			}
-			if n := strings.Count(logs.String(), "read metrics from spool"); n != c.warns {
-				t.Errorf("scrape logged %d spool failures, want %d:\n%s", n, c.warns, logs.String())
-			}
-		})
-	}
-	t.Run("OldestReportAge", func(t *testing.T) {
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(newSpoolCollector(&fakeSpoolCounts{CountsFunc: counts, OutboxDepthFunc: outbox, OldestFunc: oldest},
-			slog.New(slog.DiscardHandler), time.Second))
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "cube_templatecenter_outbox_oldest_report_age_seconds" {
-				if age := mf.GetMetric()[0].GetGauge().GetValue(); age < 3600 || age > 3660 {
-					t.Errorf("oldest report age = %v s for a report queued an hour ago", age)
-				}
-				return
-			}
-		}
-		t.Error("no cube_templatecenter_outbox_oldest_report_age_seconds")
-	})
 }
 
 // TestCallbackSeriesStartAtZero: every outcome and kind of

@@ -6,12 +6,13 @@ import (
 	"maps"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/health"
-	"golang.org/x/sys/unix"
+	"github.com/cubesandbox/cubetemplatecenter/agent/space"
 )
 
 // Kubernetes' probes. /livez says the process serves and its loops go
@@ -43,52 +44,8 @@ const (
 	loopChecker    = "checker"
 )
 
-// heartbeats records when each of the agent's loops last went round.
-type heartbeats struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-// beat records that loop went round at now.
-func (h *heartbeats) beat(loop string, now time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.last == nil {
-		h.last = map[string]time.Time{}
-	}
-	h.last[loop] = now
-}
-
-// reset marks every loop in loops as just started.
-func (h *heartbeats) reset(loops []string, now time.Time) {
-	for _, l := range loops {
-		h.beat(l, now)
-	}
-}
-
-// snapshot copies the last beats.
-func (h *heartbeats) snapshot() map[string]time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return maps.Clone(h.last)
-}
-
-// staleLoops returns, by loop, why each loop whose last beat is older than
-// its bound at now is stale; a loop that never beat counts as beating at
-// start.
-func staleLoops(now, start time.Time, last map[string]time.Time, bounds map[string]time.Duration) map[string]string {
-	stale := map[string]string{}
-	for loop, bound := range bounds {
-		at, ok := last[loop]
-		if !ok {
-			at = start
-		}
-		if age := now.Sub(at); age > bound {
-			stale[loop] = fmt.Sprintf("%s loop has not gone round for %s (bound %s)", loop, age.Round(time.Second), bound)
-		}
-	}
-	return stale
-}
+// watchedLoops are the loops /livez watches.
+var watchedLoops = []string{loopDispatcher, loopReporter, loopStatus, loopChecker}
 
 // loopBounds are how long each watched loop may go without a round. The
 // reporter may wait a minute between looks, back off up to
@@ -125,18 +82,12 @@ func (a *Agent) readinessChecks() []health.Check {
 			}
 			return nil
 		}},
-		{Name: "store", Run: func(context.Context) error { return storeWritable(cfg.Store.Dir) }},
+		{Name: "store", Run: func(context.Context) error { return space.Named(cfg, space.Store).Writable() }},
 	}
-	for _, v := range volumes(cfg) {
+	for _, v := range space.Volumes(cfg) {
 		// Below its reserve every build (store, work_dir) or every
 		// submit (spool) would fail.
-		checks = append(checks, health.Check{Name: v.name + "_space", Run: func(context.Context) error {
-			sp, err := v.space()
-			if err != nil {
-				return err
-			}
-			return v.belowReserve(sp)
-		}})
+		checks = append(checks, health.Check{Name: v.Name + "_space", Run: func(context.Context) error { return v.Check() }})
 	}
 	if a.objects != nil {
 		// An S3 bucket that fails falls back to local artifacts: a
@@ -162,14 +113,7 @@ func (a *Agent) readinessChecks() []health.Check {
 
 // checkLoop refreshes the readiness checks every checkEvery until ctx ends.
 func (a *Agent) checkLoop(ctx context.Context) {
-	a.health.Run(ctx, checkEvery, func() { a.beats.beat(loopChecker, time.Now()) })
-}
-
-// startBeats marks the watched loops as started now.
-func (a *Agent) startBeats() {
-	now := time.Now()
-	a.started.Store(&now)
-	a.beats.reset([]string{loopDispatcher, loopReporter, loopStatus, loopChecker}, now)
+	a.health.Run(ctx, checkEvery, func() { a.loops.Beat(loopChecker, time.Now()) })
 }
 
 // handleLivez answers 200 while every watched loop goes round within its
@@ -181,26 +125,37 @@ func (a *Agent) handleLivez(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "stopping"})
 		return
 	}
-	start := now
-	if s := a.started.Load(); s != nil {
-		start = *s
-	}
-	last, bounds := a.beats.snapshot(), a.loopBounds()
-	loops := map[string]float64{}
-	for l := range bounds {
-		at, ok := last[l]
-		if !ok {
-			at = start
-		}
-		loops[l] = now.Sub(at).Seconds()
-	}
+	loops, stale := a.loops.Liveness(now, a.loopBounds())
 	body := map[string]any{"status": "ok", "loops_seconds_since_round": loops}
-	if stale := staleLoops(now, start, last, bounds); len(stale) > 0 {
+	if len(stale) > 0 {
 		body["status"], body["errors"] = "stalled", stale
 		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// handleHealth answers upstream's shape ({"status", "checks"}) from the
+// last round of readiness checks, never running one itself. A caller with
+// the token also gets the errors, the volumes' space and the blob store's
+// credentials source.
+func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
+	verbose, ok := a.verbose(w, r)
+	if !ok {
+		return
+	}
+	code, body := a.readiness(verbose)
+	if !verbose {
+		writeJSON(w, code, map[string]any{"status": body["status"], "checks": body["checks"]})
+		return
+	}
+	body["space"] = space.Views(a.config())
+	if c, ok := a.objects.(interface{ CredentialsSource() string }); ok {
+		// Which source signs S3 requests (static, env_aws, web_identity,
+		// ...), never the keys: a wrong role shows here.
+		body["blobstore_credentials"] = c.CredentialsSource()
+	}
+	writeJSON(w, code, body)
 }
 
 // handleReadyz answers the last round of readiness checks: 200 when no
@@ -219,37 +174,22 @@ func (a *Agent) handleReadyz(w http.ResponseWriter, r *http.Request) {
 // readiness is the answer to /readyz and /health: the status and each
 // check of the last round, and with verbose the errors and warnings.
 func (a *Agent) readiness(verbose bool) (code int, body map[string]any) {
-	r := a.health.Last()
-	problems, warnings := map[string]string{}, map[string]string{}
-	body = map[string]any{}
-	switch {
-	case r == nil:
-		problems["checks"] = "readiness checks have not completed yet"
-	default:
-		maps.Copy(problems, r.Failed)
-		maps.Copy(warnings, r.Degraded)
-		body["checks"] = r.Passed
-		body["checked_at"] = r.At.UTC().Format(time.RFC3339Nano)
-		if age := time.Since(r.At); age > resultStale {
-			problems["checks"] = fmt.Sprintf("the last readiness checks ran %s ago", age.Round(time.Second))
-		}
-	}
+	v := a.health.Verdict(time.Now(), resultStale)
 	if a.stopping.Load() {
-		problems["accepting"] = "shutting down"
+		v.Problems["accepting"] = "shutting down"
 	}
-	code = http.StatusOK
-	body["status"] = "ok"
-	if len(problems) > 0 {
-		code = http.StatusServiceUnavailable
-		body["status"] = "not_ready"
+	code, body = http.StatusOK, map[string]any{"status": "ok"}
+	if v.Round != nil {
+		body["checks"], body["checked_at"] = v.Round.Passed, v.Round.At.UTC().Format(time.RFC3339Nano)
 	}
-	if verbose {
-		if len(problems) > 0 {
-			body["errors"] = problems
-		}
-		if len(warnings) > 0 {
-			body["warnings"] = warnings
-		}
+	if len(v.Problems) > 0 {
+		code, body["status"] = http.StatusServiceUnavailable, "not_ready"
+	}
+	if verbose && len(v.Problems) > 0 {
+		body["errors"] = v.Problems
+	}
+	if verbose && len(v.Warnings) > 0 {
+		body["warnings"] = v.Warnings
 	}
 	return code, body
 }

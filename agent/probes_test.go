@@ -255,37 +255,6 @@ func TestLivezWhileStopping(t *testing.T) {
 	}
 }
 
-func TestStaleLoops(t *testing.T) {
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	bounds := map[string]time.Duration{"a": time.Minute, "b": 2 * time.Minute}
-	cases := []struct {
-		name  string
-		now   time.Time
-		last  map[string]time.Time
-		stale []string
-	}{
-		{"Fresh", start.Add(time.Hour), map[string]time.Time{"a": start.Add(time.Hour - time.Second), "b": start.Add(time.Hour - time.Minute)}, nil},
-		{"AtBound", start.Add(time.Hour), map[string]time.Time{"a": start.Add(time.Hour - time.Minute), "b": start.Add(time.Hour - 2*time.Minute)}, nil},
-		{"OneStale", start.Add(time.Hour), map[string]time.Time{"a": start.Add(time.Hour - 61*time.Second), "b": start.Add(time.Hour)}, []string{"a"}},
-		{"NeverBeatCountsFromStart", start.Add(90 * time.Second), map[string]time.Time{"b": start}, []string{"a"}},
-		{"NeverBeatJustStarted", start.Add(time.Second), nil, nil},
-		{"AllStale", start.Add(time.Hour), map[string]time.Time{"a": start, "b": start}, []string{"a", "b"}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got := staleLoops(c.now, start, c.last, bounds)
-			if len(got) != len(c.stale) {
-				t.Fatalf("staleLoops = %v, want stale %v", got, c.stale)
-			}
-			for _, l := range c.stale {
-				if !strings.Contains(got[l], l+" loop has not gone round") {
-					t.Errorf("staleLoops[%s] = %q", l, got[l])
-				}
-			}
-		})
-	}
-}
-
 // TestProbeDetailNeedsToken: without the token /health answers upstream's
 // shape and /readyz its status and checks, neither a path, a size nor a
 // raw error; ?verbose without the token is refused; with the token both

@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sys/unix"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
+	"github.com/cubesandbox/cubetemplatecenter/agent/httpobs"
+	"github.com/cubesandbox/cubetemplatecenter/agent/masterdb"
+	"github.com/cubesandbox/cubetemplatecenter/agent/space"
+	"github.com/cubesandbox/cubetemplatecenter/agent/tracing"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
 	"github.com/cubesandbox/cubetemplatecenter/spool"
@@ -36,8 +40,12 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", a.handleReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
 	mux.Handle(apiPrefix, apiNotFound(mux))
-	return a.http.wrap(mux)
+	return a.http.Wrap(mux)
 }
+
+// probeRoutes are the probes' routes: their 503 is an answer, with the
+// reasons in the body, not a rejected request.
+var probeRoutes = []string{"GET /health", "GET /livez", "GET /readyz"}
 
 // apiPrefix is where every answer is JSON, errors included.
 const apiPrefix = "/tc/api/v1/"
@@ -76,7 +84,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	noteReason(w, msg)
+	httpobs.NoteReason(w, msg)
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
@@ -136,7 +144,7 @@ func (a *Agent) admit(w http.ResponseWriter, r *http.Request) bool {
 // or 400 itself when it cannot.
 func (a *Agent) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	limit := int64(a.config().Common.MaxBodyBytes)
-	body, err := io.ReadAll(http.MaxBytesReader(serverWriter(w), r.Body, limit))
+	body, err := io.ReadAll(http.MaxBytesReader(httpobs.ServerWriter(w), r.Body, limit))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -169,10 +177,10 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request.source_image_ref: "+err.Error())
 		return
 	}
-	noteAttrs(w, "job_id", b.JobID)
+	httpobs.NoteAttrs(w, "job_id", b.JobID)
 	if status, msg, cause := a.checkJobRow(r.Context(), b); status != 0 {
 		if cause != nil {
-			noteAttrs(w, "err", cause)
+			httpobs.NoteAttrs(w, "err", cause)
 		}
 		writeError(w, status, msg)
 		return
@@ -180,7 +188,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	log := a.logger.With("job_id", b.JobID)
 	// Refuse before trying rather than fail the commit: a 503 is retried
 	// by CubeMaster, a 500 is final.
-	if err := volumeNamed(a.config(), "spool").roomFor(0); err != nil {
+	if err := space.Named(a.config(), space.Spool).RoomFor(0); err != nil {
 		writeRetryLater(w, http.StatusServiceUnavailable, "cannot accept jobs: "+err.Error())
 		return
 	}
@@ -211,7 +219,7 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrJobExists):
 		writeError(w, http.StatusConflict, "build job already in flight")
 	case errors.Is(err, spool.ErrQueueFull):
-		noteAttrs(w, "queue_size", a.config().Build.QueueSize)
+		httpobs.NoteAttrs(w, "queue_size", a.config().Build.QueueSize)
 		writeError(w, http.StatusTooManyRequests, "build queue is full")
 	case errors.Is(err, spool.ErrCannotWrite):
 		log.Error("commit job: spool storage refuses writes", "err", err)
@@ -228,6 +236,59 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 			"request_id", b.Template.RequestID)
 		writeJSON(w, http.StatusOK, map[string]string{"status": "accepted", "job_id": b.JobID})
 	}
+}
+
+// checkJobRow binds a submit to CubeMaster's job row, when a database is
+// configured: the row must exist and be PENDING or RUNNING (else 404), its
+// request snapshot must be the submitted request (else 400), and a
+// database that cannot be reached answers 503, which CubeMaster retries.
+// It returns the status and message to answer with, or 0 to go on, and the
+// error behind a refusal, for the log line of the rejected request.
+func (a *Agent) checkJobRow(ctx context.Context, b *api.Build) (int, string, error) {
+	if a.db == nil {
+		return 0, "", nil
+	}
+	log := a.logger.With("job_id", b.JobID)
+	row, err := a.db.JobForSubmit(ctx, b.JobID)
+	switch {
+	case errors.Is(err, masterdb.ErrJobNotFound):
+		return http.StatusNotFound, "build job not found", nil
+	case errors.Is(err, masterdb.ErrUnavailable):
+		return http.StatusServiceUnavailable, "CubeMaster's database is unavailable; retry later", err
+	case err != nil:
+		log.Error("read job row", "err", err)
+		return http.StatusInternalServerError, "check job row: " + err.Error(), err
+	case !row.Buildable():
+		return http.StatusNotFound, fmt.Sprintf("build job not buildable: status is %q", row.Status), nil
+	}
+	same, err := row.MatchesRequest(b.Request)
+	switch {
+	case err != nil:
+		log.Error("compare request with the job's snapshot", "err", err)
+		return http.StatusInternalServerError, "check job row: " + err.Error(), err
+	case !same:
+		return http.StatusBadRequest, "request does not match the job's stored request", nil
+	}
+	return 0, "", nil
+}
+
+// startSubmit starts the span of accepting a build, child of the trace
+// context CubeMaster sent (a new root without one). Its context is stored
+// with the job: every run of the job and every report continues it.
+func (a *Agent) startSubmit(r *http.Request, b *api.Build) (trace.Span, tracing.Stored) {
+	ctx := tracing.FromHeader(context.WithoutCancel(r.Context()), r.Header)
+	ctx, span := a.tracer.Start(ctx, tracing.SpanSubmit, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String(tracing.AttrJobID, b.JobID), attribute.String(tracing.AttrRequestID, b.Template.RequestID),
+		attribute.String(tracing.AttrTemplateID, b.Template.TemplateID), attribute.String(tracing.AttrImage, b.Template.SourceImageRef)))
+	return span, tracing.Store(ctx)
+}
+
+// endSubmit ends the submit span; a job already known is no error.
+func endSubmit(span trace.Span, err error) {
+	if errors.Is(err, spool.ErrJobExists) {
+		err = nil
+	}
+	tracing.End(span, err)
 }
 
 // handleArtifactDelete deletes an artifact's data, idempotently.
@@ -323,7 +384,7 @@ func (a *Agent) handleJobCancel(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, spool.ErrNotFound):
 		writeError(w, http.StatusNotFound, "job not found")
 	case errors.Is(err, spool.ErrFinished):
-		noteReason(w, "job already finished: "+string(j.State))
+		httpobs.NoteReason(w, "job already finished: "+string(j.State))
 		writeJSON(w, http.StatusConflict, map[string]string{"error": "job already finished: " + string(j.State),
 			"job_id": id, "state": string(j.State)})
 	case err != nil:
@@ -354,49 +415,4 @@ func (a *Agent) handleJobs(w http.ResponseWriter, r *http.Request) {
 		views = append(views, View(j))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": views})
-}
-
-// handleHealth answers upstream's shape ({"status", "checks"}) from the
-// last round of readiness checks, never running one itself. A caller with
-// the token also gets the errors, the volumes' space and the blob store's
-// credentials source.
-func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
-	verbose, ok := a.verbose(w, r)
-	if !ok {
-		return
-	}
-	code, body := a.readiness(verbose)
-	if !verbose {
-		writeJSON(w, code, map[string]any{"status": body["status"], "checks": body["checks"]})
-		return
-	}
-	space := map[string]spaceView{}
-	for _, v := range volumes(a.config()) {
-		if sp, err := v.space(); err == nil {
-			space[v.name] = spaceView{Dir: v.dir, SizeBytes: sp.Size, FreeBytes: sp.Free, ReserveBytes: sp.Reserve}
-		}
-	}
-	body["space"] = space
-	if c, ok := a.objects.(interface{ CredentialsSource() string }); ok {
-		// Which source signs S3 requests (static, env_aws, web_identity,
-		// ...), never the keys: a wrong role shows here.
-		body["blobstore_credentials"] = c.CredentialsSource()
-	}
-	writeJSON(w, code, body)
-}
-
-// storeWritable checks the store directory exists and may be written (a
-// read-only mount fails too).
-func storeWritable(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("store %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("store %s is not a directory", dir)
-	}
-	if err := unix.Access(dir, unix.W_OK); err != nil {
-		return fmt.Errorf("store %s is not writable: %w", dir, err)
-	}
-	return nil
 }

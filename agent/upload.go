@@ -14,6 +14,8 @@ import (
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/artifacts"
+	"github.com/cubesandbox/cubetemplatecenter/agent/httpobs"
+	"github.com/cubesandbox/cubetemplatecenter/agent/space"
 )
 
 // uploadReply is upstream's UploadArtifactResponse.
@@ -42,8 +44,8 @@ func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	defer a.uploads.Add(-1)
 	// Refuse before reading a byte when the store is below its reserve,
 	// or the body would take it there.
-	if err := volumeNamed(cfg, "store").roomFor(max(r.ContentLength, 0)); err != nil {
-		noteAttrs(w, "content_length", r.ContentLength)
+	if err := space.Named(cfg, space.Store).RoomFor(max(r.ContentLength, 0)); err != nil {
+		httpobs.NoteAttrs(w, "content_length", r.ContentLength)
 		writeRetryLater(w, http.StatusInsufficientStorage, "upload of "+strconv.FormatInt(r.ContentLength, 10)+" bytes refused: "+err.Error())
 		return
 	}
@@ -57,7 +59,7 @@ func (a *Agent) handleArtifactUpload(w http.ResponseWriter, r *http.Request) {
 	if err := rc.SetWriteDeadline(deadline); err != nil {
 		a.logger.Warn("extend write deadline for upload", "err", err)
 	}
-	r.Body = http.MaxBytesReader(serverWriter(w), r.Body, int64(cfg.Common.MaxUploadBytes))
+	r.Body = http.MaxBytesReader(httpobs.ServerWriter(w), r.Body, int64(cfg.Common.MaxUploadBytes))
 	mediaType, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "multipart/form-data" || params["boundary"] == "" {
 		writeError(w, http.StatusBadRequest, "want a multipart/form-data body with fields artifact_id and file")
@@ -120,42 +122,10 @@ func uploadTooBig(err error) (string, bool) {
 	return "", false
 }
 
-// errBelowReserve stops an upload whose writes took the store below
-// store.min_free.
-var errBelowReserve = errors.New("store below its reserve")
-
-// reserveCheckEvery is how many bytes an upload passes on between two looks
-// at the store's free space: small beside any reserve worth setting, large
-// beside a statfs call.
-const reserveCheckEvery = 1 << 20
-
-// reserveReader passes an upload on to the store and stops it once the
-// store falls below its reserve (a body without Content-Length, another
-// writer filling the disk meanwhile): each look comes before the bytes
-// read are handed on to be written.
-type reserveReader struct {
-	r       io.Reader
-	vol     volume
-	written int64
-	checked int64
-}
-
-func (rr *reserveReader) Read(p []byte) (int, error) {
-	n, err := rr.r.Read(p)
-	if n > 0 && (rr.written-rr.checked >= reserveCheckEvery || rr.written == 0) {
-		rr.checked = rr.written
-		if rerr := rr.vol.roomFor(int64(n)); rerr != nil {
-			return 0, fmt.Errorf("%w: %w", errBelowReserve, rerr)
-		}
-	}
-	rr.written += int64(n)
-	return n, err
-}
-
 // receiveArtifact stores one file part as artifact id's image
 // (artifacts.Accept) and answers with where it lies.
 func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id string, part io.Reader) {
-	guard := &reserveReader{r: part, vol: volumeNamed(a.config(), "store")}
+	guard := space.Named(a.config(), space.Store).Guard(part)
 	acc, err := a.artifacts.Accept(r.Context(), id, guard)
 	var writeErr *artifacts.WriteError
 	if msg, ok := uploadTooBig(err); ok {
@@ -163,8 +133,8 @@ func (a *Agent) receiveArtifact(w http.ResponseWriter, r *http.Request, id strin
 		return
 	}
 	switch {
-	case errors.As(err, &writeErr) && (errors.Is(err, errBelowReserve) || errors.Is(err, syscall.ENOSPC)):
-		noteAttrs(w, "artifact_id", id, "written", guard.written)
+	case errors.As(err, &writeErr) && (errors.Is(err, space.ErrBelowReserve) || errors.Is(err, syscall.ENOSPC)):
+		httpobs.NoteAttrs(w, "artifact_id", id, "written", guard.Written)
 		writeRetryLater(w, http.StatusInsufficientStorage, err.Error())
 		return
 	case errors.Is(err, artifacts.ErrEmpty):

@@ -6,5 +6,9 @@
 //
 // Each check has a severity: a failing Fail check makes the node not
 // ready; a failing Degrade check is a warning (a blob store that falls
-// back to local artifacts, live progress in Redis).
+// back to local artifacts, live progress in Redis). A round too old to
+// trust makes the node not ready too.
+//
+// Liveness is another question, answered by Loops: whether the agent's
+// own loops go round within their bounds, never anything past the node.
 package health

@@ -50,6 +50,18 @@ func (r *Round) Ready() bool { return len(r.Failed) == 0 }
 // FailedNames lists the failing Fail checks, sorted.
 func (r *Round) FailedNames() []string { return slices.Sorted(maps.Keys(r.Failed)) }
 
+// Verdict is the last round as the probes judge it at one moment.
+type Verdict struct {
+	// Round is the last round; nil before the first.
+	Round *Round
+	// Problems make the node not ready, by name: the failing Fail checks,
+	// and "checks" when no round has finished yet or the last one is too
+	// old to trust (the checker itself is stuck).
+	Problems map[string]string
+	// Warnings are the failing Degrade checks, by name.
+	Warnings map[string]string
+}
+
 // Checker runs rounds of checks and keeps the last one.
 type Checker struct {
 	// Checks returns the checks of a round; it is called at every round,
@@ -82,6 +94,22 @@ func (c *Checker) Collectors() []prometheus.Collector { return []prometheus.Coll
 
 // Last returns the last finished round, nil before the first.
 func (c *Checker) Last() *Round { return c.last.Load() }
+
+// Verdict judges the last round at now: a round older than stale says
+// nothing about the node any more.
+func (c *Checker) Verdict(now time.Time, stale time.Duration) Verdict {
+	v := Verdict{Round: c.Last(), Problems: map[string]string{}, Warnings: map[string]string{}}
+	if v.Round == nil {
+		v.Problems["checks"] = "readiness checks have not completed yet"
+		return v
+	}
+	maps.Copy(v.Problems, v.Round.Failed)
+	maps.Copy(v.Warnings, v.Round.Degraded)
+	if age := now.Sub(v.Round.At); age > stale {
+		v.Problems["checks"] = fmt.Sprintf("the last readiness checks ran %s ago", age.Round(time.Second))
+	}
+	return v
+}
 
 // Run runs a round every interval until ctx ends, calling beat before
 // and after each round (the agent's loop watch).

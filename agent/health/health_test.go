@@ -124,3 +124,31 @@ func TestRoundCancelled(t *testing.T) {
 		t.Errorf("a cancelled round was kept: %+v", r)
 	}
 }
+
+// TestVerdict: before the first round the node is not ready; after it,
+// the failing Fail checks are problems and the Degrade ones warnings; a
+// round older than the bound is a problem of its own.
+func TestVerdict(t *testing.T) {
+	c := New(func() []Check {
+		return []Check{
+			{Name: "store", Run: func(context.Context) error { return errors.New("store /x is not writable") }},
+			{Name: "redis", Severity: Degrade, Run: func(context.Context) error { return errors.New("redis: refused") }},
+		}
+	}, time.Second)
+	if v := c.Verdict(time.Now(), time.Minute); v.Round != nil || v.Problems["checks"] != "readiness checks have not completed yet" {
+		t.Errorf("verdict before any round = %+v", v)
+	}
+	r := c.Round(context.Background())
+	v := c.Verdict(r.At.Add(time.Minute), time.Minute)
+	if v.Round != r || len(v.Problems) != 1 || v.Problems["store"] == "" || len(v.Warnings) != 1 || v.Warnings["redis"] == "" {
+		t.Errorf("verdict at the bound = %+v, want store a problem and redis a warning", v)
+	}
+	v = c.Verdict(r.At.Add(90*time.Second), time.Minute)
+	if got := v.Problems["checks"]; got != "the last readiness checks ran 1m30s ago" || v.Problems["store"] == "" {
+		t.Errorf("verdict past the bound = %+v, want the stale round named besides store", v)
+	}
+	v.Problems["accepting"] = "shutting down"
+	if _, ok := c.Last().Failed["accepting"]; ok {
+		t.Error("a verdict's problems alias the round's")
+	}
+}

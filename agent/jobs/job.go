@@ -336,7 +336,9 @@ func (r *jobRun) persistProgress(ctx context.Context, kind string) {
 
 // persistPull queues the latest download progress when it changed since
 // the last one sent; between heartbeats at most every half interval unless
-// final.
+// final. Progress counts as sent once queued: a report the heartbeat's
+// context cut short (the build ended meanwhile) is queued by the final
+// call instead.
 func (r *jobRun) persistPull(ctx context.Context, final bool) {
 	r.mu.Lock()
 	p := r.pull
@@ -346,9 +348,13 @@ func (r *jobRun) persistPull(ctx context.Context, final bool) {
 		return
 	}
 	sent := *p
+	r.mu.Unlock()
+	if !r.report(ctx, spool.KindPull, api.PullReport(wirePull(sent))) {
+		return
+	}
+	r.mu.Lock()
 	r.pullSent, r.pullSentAt = &sent, time.Now()
 	r.mu.Unlock()
-	r.report(ctx, spool.KindPull, api.PullReport(wirePull(*p)))
 }
 
 // wirePull is the builder's pull progress as CubeMaster receives it, in
@@ -358,20 +364,21 @@ func wirePull(p rootfs.PullProgress) api.Pull {
 		CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}
 }
 
-// report queues a non-terminal report.
-func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) {
+// report queues a non-terminal report and says whether it did.
+func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) bool {
 	body, err := rep.Encode()
 	if err != nil {
 		r.log.Warn("queue report", "kind", kind, "err", err)
-		return
+		return false
 	}
 	if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body}); err != nil {
 		if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
 			r.log.Warn("queue report", "kind", kind, "err", err)
 		}
-		return
+		return false
 	}
 	r.e.reporter.Wake()
+	return true
 }
 
 // succeed ends the job with a BUILT report carrying this job's download

@@ -223,10 +223,10 @@ func runAgent(ctx context.Context, a *agent.Agent, ln net.Listener, path string,
 	var loops sync.WaitGroup
 	runDone := make(chan struct{})
 	loops.Go(func() { handleSignals(signals, runDone, a, stop, logger) })
-	var watcher *agent.ConfigWatcher
+	var watcher *config.Watcher
 	if path != "" {
 		var err error
-		watcher, err = agent.WatchConfig(runCtx, path, logger, func() {
+		watcher, err = config.Watch(runCtx, path, logger, func() {
 			logger.Info("configuration file changed, reloading", "path", path)
 			a.Reload()
 		})

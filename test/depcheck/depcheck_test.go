@@ -52,6 +52,14 @@ var rules = []rule{
 	{"agent/report", []string{"agent/api", "agent/tracing", "spool"}},
 	// The readiness checks take their checks as functions.
 	{"agent/health", nil},
+	// The HTTP observation knows no route but those it is told are probes.
+	{"agent/httpobs", nil},
+	// The volumes' room is read from the configuration, measured as the
+	// image builder measures its store.
+	{"agent/space", []string{"agent/config", "rootfs"}},
+	// The scrape-time collectors read the spool and the layer cache
+	// through small interfaces.
+	{"agent/collect", []string{"rootfs"}},
 	// Tracing knows only OpenTelemetry and the W3C headers.
 	{"agent/tracing", nil},
 	{"spool", nil},

@@ -1,16 +1,12 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cubesandbox/cubetemplatecenter/agent/api"
 	"github.com/cubesandbox/cubetemplatecenter/agent/config"
@@ -85,47 +81,6 @@ func TestHTTPRequestsCountedAndRejectionsLogged(t *testing.T) {
 	}
 }
 
-// TestRejectionLogRateLimited: past the burst, rejections of one route and
-// status are counted, not logged, and the next line logged after the window
-// says how many were left out; another status has its own allowance.
-func TestRejectionLogRateLimited(t *testing.T) {
-	var buf bytes.Buffer
-	now := time.Unix(1_700_000_000, 0)
-	o := newHTTPObserver(slog.New(slog.NewTextHandler(&buf, nil)))
-	o.limit = newRejectLimiter(2, time.Minute, func() time.Time { return now })
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /x", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("full") != "" {
-			writeRetryLater(w, http.StatusServiceUnavailable, "volume full")
-			return
-		}
-		writeError(w, http.StatusUnauthorized, "bad token")
-	})
-	h := o.wrap(mux)
-	send := func(q string) {
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/x"+q, nil))
-	}
-	lines := func() []string { return strings.Split(strings.TrimSpace(buf.String()), "\n") }
-
-	for range 5 {
-		send("")
-	}
-	send("?full=1")
-	if got := lines(); len(got) != 3 {
-		t.Fatalf("after 5 rejections of one kind and 1 of another: %d lines, want 3:\n%s", len(got), buf.String())
-	}
-	now = now.Add(time.Minute)
-	send("")
-	got := lines()
-	if len(got) != 4 || !strings.Contains(got[3], "suppressed=3") || !strings.Contains(got[3], `reason="bad token"`) {
-		t.Fatalf("first line after the window: %q, want one with suppressed=3", got[len(got)-1])
-	}
-	send("")
-	if got := lines(); strings.Contains(got[len(got)-1], "suppressed") {
-		t.Errorf("the count is given once: %q", got[len(got)-1])
-	}
-}
-
 // TestOversizedBodyClosesConnection: behind the observer a body over the
 // limit still makes the server close the connection (413 with Connection:
 // close) instead of reading the rest.
@@ -147,14 +102,6 @@ func TestOversizedBodyClosesConnection(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "status=413 reason=\"request body exceeds 1024 bytes\"") {
 		t.Errorf("no rejection line for the 413:\n%s", h.logs.String())
-	}
-}
-
-func TestBoundedMethod(t *testing.T) {
-	for in, want := range map[string]string{"GET": "GET", "POST": "POST", "BREW": "other", "get": "other"} {
-		if got := boundedMethod(in); got != want {
-			t.Errorf("boundedMethod(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 

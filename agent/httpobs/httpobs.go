@@ -1,9 +1,13 @@
-package agent
+// Package httpobs observes an HTTP API at one place: it counts every
+// request by route, method and status, times it, and logs each rejected
+// request once, rate-limited, with the reason its handler noted. Handlers
+// only answer; they never log a refusal themselves.
+package httpobs
 
 import (
 	"log/slog"
 	"net/http"
-	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -11,14 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// unmatchedRoute is the route label of requests no pattern matched (404,
+// Unmatched is the route label of requests no pattern matched (404,
 // 405): one value whatever the path, so that a scan of random URLs cannot
 // grow the series without bound.
-const unmatchedRoute = "unmatched"
-
-// healthRoute answers readiness probes; its 503 is a probe's answer, with
-// the reasons in the body, not a rejected request.
-const healthRoute = "GET /health"
+const Unmatched = "unmatched"
 
 // Rejection logging: at most rejectBurst lines per (route, status) in each
 // rejectWindow; the next line logged for that pair carries the count of
@@ -28,72 +28,52 @@ const (
 	rejectWindow = time.Minute
 )
 
-// BuildInfo identifies the running binary, for the build_info series;
-// main passes what it was built with.
-type BuildInfo struct {
-	// Version is the release (set at build time), Revision the VCS
-	// commit it was built from ("" when unknown).
-	Version, Revision string
-}
-
-// newBuildInfo is the build_info gauge, always 1: its labels are the
-// information, as node_exporter's.
-func newBuildInfo(b BuildInfo) prometheus.Collector {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "build_info",
-		Help: "Always 1; the labels name the running version, the VCS revision it was built from and the Go release.",
-	}, []string{"version", "revision", "goversion"})
-	g.WithLabelValues(b.Version, b.Revision, runtime.Version()).Set(1)
-	return g
-}
-
-// httpMetrics count the API's requests by route.
-type httpMetrics struct {
+// Observer counts every request and logs each rejected one once.
+type Observer struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	logger   *slog.Logger
+	limit    *rejectLimiter
+	// probes are the routes whose refusals are answers (a probe's 503
+	// carries its reasons in the body), never logged as rejections.
+	probes []string
 }
 
-func newHTTPMetrics() httpMetrics {
-	return httpMetrics{
+// New returns an Observer logging through logger; the answers of the
+// probes routes are never logged as rejections. Its series are named
+// without a namespace: register Collectors with a prefixing Registerer.
+func New(logger *slog.Logger, probes ...string) *Observer {
+	return &Observer{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "http", Name: "requests_total",
+			Subsystem: "http", Name: "requests_total",
 			Help: "HTTP requests answered, by route (the API pattern, or unmatched), method and status code.",
 		}, []string{"route", "method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Subsystem: "http", Name: "request_duration_seconds",
+			Subsystem: "http", Name: "request_duration_seconds",
 			Help:    "Time from a request's headers to the end of its handler, by route.",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"route"}),
+		logger: logger.With("component", "http"),
+		limit:  newRejectLimiter(rejectBurst, rejectWindow, time.Now),
+		probes: probes,
 	}
 }
 
-func (m httpMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration}
+// Collectors are the observer's series.
+func (o *Observer) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{o.requests, o.duration}
 }
 
-// httpObserver counts every request and logs each rejected one once, at
-// one place: handlers only answer (writeError notes the reason).
-type httpObserver struct {
-	metrics httpMetrics
-	logger  *slog.Logger
-	limit   *rejectLimiter
-}
-
-func newHTTPObserver(logger *slog.Logger) *httpObserver {
-	return &httpObserver{metrics: newHTTPMetrics(), logger: logger.With("component", "http"),
-		limit: newRejectLimiter(rejectBurst, rejectWindow, time.Now)}
-}
-
-// wrap observes the requests mux serves. It reads the matched pattern from
+// Wrap observes the requests mux serves. It reads the matched pattern from
 // the request after mux has served it (ServeMux sets Request.Pattern).
-func (o *httpObserver) wrap(mux http.Handler) http.Handler {
+func (o *Observer) Wrap(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
-		rec := &responseRecorder{ResponseWriter: w}
+		rec := &recorder{ResponseWriter: w}
 		mux.ServeHTTP(rec, r)
 		route := r.Pattern
 		if route == "" {
-			route = unmatchedRoute
+			route = Unmatched
 		}
 		status := rec.status
 		if status == 0 {
@@ -101,19 +81,18 @@ func (o *httpObserver) wrap(mux http.Handler) http.Handler {
 			status = http.StatusOK
 		}
 		method := boundedMethod(r.Method)
-		o.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-		o.metrics.duration.WithLabelValues(route).Observe(time.Since(began).Seconds())
-		if rejected(route, status) {
+		o.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+		o.duration.WithLabelValues(route).Observe(time.Since(began).Seconds())
+		if o.rejected(route, status) {
 			o.logRejection(r, route, method, status, rec.reason, rec.attrs)
 		}
 	})
 }
 
 // rejected tells the answers logged as rejections: every 4xx, and the
-// retry-later 503 and 507, except the probes' (/health, /livez, /readyz).
-func rejected(route string, status int) bool {
-	switch route {
-	case healthRoute, "GET /livez", "GET /readyz":
+// retry-later 503 and 507, except the probes'.
+func (o *Observer) rejected(route string, status int) bool {
+	if slices.Contains(o.probes, route) {
 		return false
 	}
 	return status >= 400 && status < 500 || status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage
@@ -122,7 +101,7 @@ func rejected(route string, status int) bool {
 // logRejection logs one rejected request, unless its (route, status) pair
 // is over its rate. It logs what the client was told and where it came
 // from, never the request's headers or body (the token, credentials).
-func (o *httpObserver) logRejection(r *http.Request, route, method string, status int, reason string, noted []any) {
+func (o *Observer) logRejection(r *http.Request, route, method string, status int, reason string, noted []any) {
 	ok, suppressed := o.limit.allow(rejectKey{route: route, status: status})
 	if !ok {
 		return
@@ -160,9 +139,9 @@ func boundedMethod(m string) string {
 	return "other"
 }
 
-// responseRecorder remembers the status a handler answered, the reason
-// writeError gave and what the handler noted for the log line.
-type responseRecorder struct {
+// recorder remembers the status a handler answered, the reason it noted
+// and the attributes it added for the log line.
+type recorder struct {
 	http.ResponseWriter
 	status int
 	reason string
@@ -170,7 +149,7 @@ type responseRecorder struct {
 }
 
 // WriteHeader implements http.ResponseWriter.
-func (w *responseRecorder) WriteHeader(status int) {
+func (w *recorder) WriteHeader(status int) {
 	if w.status == 0 {
 		w.status = status
 	}
@@ -178,7 +157,7 @@ func (w *responseRecorder) WriteHeader(status int) {
 }
 
 // Write implements http.ResponseWriter.
-func (w *responseRecorder) Write(b []byte) (int, error) {
+func (w *recorder) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
@@ -186,37 +165,37 @@ func (w *responseRecorder) Write(b []byte) (int, error) {
 }
 
 // Flush passes a flush on, for streaming answers.
-func (w *responseRecorder) Flush() {
+func (w *recorder) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
 // Unwrap lets http.ResponseController reach the server's writer.
-func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// noteReason records why a request is rejected, for the one log line the
+// NoteReason records why a request is rejected, for the one log line the
 // observer writes about it.
-func noteReason(w http.ResponseWriter, reason string) {
-	if rec, ok := w.(*responseRecorder); ok {
+func NoteReason(w http.ResponseWriter, reason string) {
+	if rec, ok := w.(*recorder); ok {
 		rec.reason = reason
 	}
 }
 
-// noteAttrs adds attributes (the job, the error behind the reason) to the
+// NoteAttrs adds attributes (the job, the error behind the reason) to the
 // line the observer logs if the request is rejected.
-func noteAttrs(w http.ResponseWriter, attrs ...any) {
-	if rec, ok := w.(*responseRecorder); ok {
+func NoteAttrs(w http.ResponseWriter, attrs ...any) {
+	if rec, ok := w.(*recorder); ok {
 		rec.attrs = append(rec.attrs, attrs...)
 	}
 }
 
-// serverWriter returns the server's own writer behind the recorder, for
+// ServerWriter returns the server's own writer behind the observer, for
 // http.MaxBytesReader: past its limit it tells the server to close the
 // connection rather than read the rest of the body, through a method the
-// recorder cannot forward.
-func serverWriter(w http.ResponseWriter) http.ResponseWriter {
-	if rec, ok := w.(*responseRecorder); ok {
+// observer cannot forward.
+func ServerWriter(w http.ResponseWriter) http.ResponseWriter {
+	if rec, ok := w.(*recorder); ok {
 		return rec.ResponseWriter
 	}
 	return w

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// TestConfigWatcherCloseWaits checks that Close returns only once the
+// TestWatchCloseWaits checks that Close returns only once the
 // watcher's goroutine has ended: with a reload in progress, not before it
 // finishes, and never a reload after.
-func TestConfigWatcherCloseWaits(t *testing.T) {
+func TestWatchCloseWaits(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "conf.yaml")
 	if err := os.WriteFile(path, []byte("log:\n  level: info\n"), 0o644); err != nil {
@@ -21,7 +21,7 @@ func TestConfigWatcherCloseWaits(t *testing.T) {
 	started, release := make(chan struct{}, 10), make(chan struct{})
 	reloading := make(chan bool, 1)
 	reloading <- false
-	cw, err := WatchConfig(context.Background(), path, slog.New(slog.DiscardHandler), func() {
+	cw, err := Watch(context.Background(), path, slog.New(slog.DiscardHandler), func() {
 		<-reloading
 		reloading <- true
 		started <- struct{}{}
@@ -61,11 +61,11 @@ func TestConfigWatcherCloseWaits(t *testing.T) {
 	}
 }
 
-// TestConfigWatcherEndsWithContext checks that Close returns once ctx
+// TestWatchEndsWithContext checks that Close returns once ctx
 // has ended the watcher.
-func TestConfigWatcherEndsWithContext(t *testing.T) {
+func TestWatchEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	cw, err := WatchConfig(ctx, filepath.Join(t.TempDir(), "conf.yaml"), slog.New(slog.DiscardHandler), func() {})
+	cw, err := Watch(ctx, filepath.Join(t.TempDir(), "conf.yaml"), slog.New(slog.DiscardHandler), func() {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +80,10 @@ func TestConfigWatcherEndsWithContext(t *testing.T) {
 	}
 }
 
-// TestConfigWatcherFollowsConfigMapUpdate: Kubernetes mounts a ConfigMap as
+// TestWatchFollowsConfigMapUpdate: Kubernetes mounts a ConfigMap as
 // conf.yaml -> ..data/conf.yaml, ..data -> ..<timestamp>, and updates it by
 // renaming a new ..data link over the old one: no event names conf.yaml.
-func TestConfigWatcherFollowsConfigMapUpdate(t *testing.T) {
+func TestWatchFollowsConfigMapUpdate(t *testing.T) {
 	dir := t.TempDir()
 	version := func(name, content string) {
 		t.Helper()
@@ -101,7 +101,7 @@ func TestConfigWatcherFollowsConfigMapUpdate(t *testing.T) {
 		}
 	}
 	reloads := make(chan struct{}, 10)
-	cw, err := WatchConfig(context.Background(), filepath.Join(dir, "conf.yaml"), slog.New(slog.DiscardHandler),
+	cw, err := Watch(context.Background(), filepath.Join(dir, "conf.yaml"), slog.New(slog.DiscardHandler),
 		func() { reloads <- struct{}{} })
 	if err != nil {
 		t.Fatal(err)
@@ -118,5 +118,37 @@ func TestConfigWatcherFollowsConfigMapUpdate(t *testing.T) {
 	case <-reloads:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no reload after the ConfigMap's ..data link was swapped")
+	}
+}
+
+// TestWatchSeesRenameReplace: an editor's write-to-temp-and-rename is a
+// change; a change to another file of the directory is not.
+func TestWatchSeesRenameReplace(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "conf.yaml")
+	os.WriteFile(path, []byte("log:\n  level: info\n"), 0o644)
+	reloads := make(chan struct{}, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cw, err := Watch(ctx, path, slog.New(slog.DiscardHandler), func() { reloads <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cw.Close()
+	tmp := filepath.Join(dir, ".conf.yaml.swp")
+	os.WriteFile(tmp, []byte("log:\n  level: debug\n"), 0o644)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reloads:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reload after rename-replace of the config file")
+	}
+	os.WriteFile(filepath.Join(dir, "other.yaml"), []byte("x"), 0o644)
+	select {
+	case <-reloads:
+		t.Error("a change to another file triggered a reload")
+	case <-time.After(600 * time.Millisecond):
 	}
 }
