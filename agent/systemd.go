@@ -82,17 +82,9 @@ func (a *Agent) Reload() error {
 		return err
 	}
 	a.metrics.observeReload(true)
-	cur := a.config()
-	if keys := cur.RestartOnly(next); len(keys) > 0 {
+	next, keys := a.config().Reload(next)
+	if len(keys) > 0 {
 		a.logger.Warn("configuration changes that need a restart were not applied", "keys", keys)
-		next.Common, next.Store, next.Spool.Path = cur.Common, cur.Store, cur.Spool.Path
-		next.Master.Token, next.Master.InsecureNoToken = cur.Master.Token, cur.Master.InsecureNoToken
-		next.Registry = cur.Registry
-		live := next.Build
-		next.Build = cur.Build
-		next.Build.MaxConcurrentBuilds, next.Build.QueueSize = live.MaxConcurrentBuilds, live.QueueSize
-		next.Build.HeartbeatInterval, next.Build.MaxAttempts = live.HeartbeatInterval, live.MaxAttempts
-		next.Build.Timeout = live.Timeout
 	}
 	level, _ := config.ParseLevel(next.Log.Level)
 	a.level.Set(level)

@@ -4,6 +4,25 @@ import (
 	"reflect"
 )
 
+// Reload returns the configuration a reload applies and the settings it
+// could not: next, with the restart-only settings that changed (listed as
+// RestartOnly lists them) kept at c's values.
+func (c *Config) Reload(next *Config) (applied *Config, restartOnly []string) {
+	keys := c.RestartOnly(next)
+	if len(keys) == 0 {
+		return next, nil
+	}
+	kept := *next
+	kept.Common, kept.Store, kept.Spool.Path = c.Common, c.Store, c.Spool.Path
+	kept.Master.Token, kept.Master.InsecureNoToken = c.Master.Token, c.Master.InsecureNoToken
+	kept.Registry = c.Registry
+	kept.Build = c.Build
+	kept.Build.MaxConcurrentBuilds, kept.Build.QueueSize = next.Build.MaxConcurrentBuilds, next.Build.QueueSize
+	kept.Build.HeartbeatInterval, kept.Build.MaxAttempts = next.Build.HeartbeatInterval, next.Build.MaxAttempts
+	kept.Build.Timeout = next.Build.Timeout
+	return &kept, keys
+}
+
 // RestartOnly lists settings that changed between c and next but only take
 // effect after a restart.
 func (c *Config) RestartOnly(next *Config) []string {
