@@ -108,7 +108,7 @@ func EnvNames(key string) []string {
 // group wins, and a deprecated name earns a warning, as does a group whose
 // names disagree. Upstream variables TC has no use for are reported
 // ignored. Parse errors are recorded and surface from Validate.
-func (c *Config) applyEnv(env Env, rep *Report) {
+func (c *Config) applyEnv(env Env, rep *Provenance) {
 	for _, o := range allEnvOverrides() {
 		c.applyOverride(o, env, rep)
 	}
@@ -122,7 +122,7 @@ func (c *Config) applyEnv(env Env, rep *Report) {
 
 // applyOverride applies the first non-blank variable of o's group, as
 // applyEnv says.
-func (c *Config) applyOverride(o envOverride, env Env, rep *Report) {
+func (c *Config) applyOverride(o envOverride, env Env, rep *Provenance) {
 	var used, usedValue string
 	for i, name := range o.names {
 		v, ok := env(name)
@@ -165,7 +165,7 @@ func (c *Config) applyOverride(o envOverride, env Env, rep *Report) {
 
 // warnIgnoredEnv reports each of upstream's variables TC has no use for
 // that is set.
-func warnIgnoredEnv(env Env, rep *Report) {
+func warnIgnoredEnv(env Env, rep *Provenance) {
 	for _, ig := range ignoredEnv {
 		for _, name := range ig.names {
 			if v, ok := env(name); ok && strings.TrimSpace(v) != "" {

@@ -26,9 +26,9 @@ type Warning struct {
 	Env bool
 }
 
-// Report is what a load found besides the values: the file read, where
+// Provenance is what a load found besides the values: the file read, where
 // each setting came from, and the warnings.
-type Report struct {
+type Provenance struct {
 	// Path is the file read, "" when none.
 	Path string
 	// Warnings are in the order found: file, environment, validation.
@@ -38,11 +38,11 @@ type Report struct {
 	sources map[string]string
 }
 
-func (r *Report) warn(env bool, format string, args ...any) {
+func (r *Provenance) warn(env bool, format string, args ...any) {
 	r.Warnings = append(r.Warnings, Warning{Text: fmt.Sprintf(format, args...), Env: env})
 }
 
-func (r *Report) setSource(key, source string) {
+func (r *Provenance) setSource(key, source string) {
 	if r.sources == nil {
 		r.sources = map[string]string{}
 	}
@@ -51,7 +51,7 @@ func (r *Report) setSource(key, source string) {
 
 // Source says where the setting key got its value: "default", the file
 // and line ("/etc/x/conf.yaml:12"), or the variable ("env CUBE_MASTER_ADDR").
-func (r *Report) Source(key string) string {
+func (r *Provenance) Source(key string) string {
 	if s, ok := r.sources[key]; ok {
 		return s
 	}
@@ -69,7 +69,7 @@ func Load(env Env, logger *slog.Logger) (*Config, error) {
 
 // Log writes the report's warnings to logger; withEnv false leaves out
 // those about the environment, already logged at start.
-func (r *Report) Log(logger *slog.Logger, withEnv bool) {
+func (r *Provenance) Log(logger *slog.Logger, withEnv bool) {
 	for _, w := range r.Warnings {
 		switch {
 		case w.Env && !withEnv:
@@ -84,8 +84,8 @@ func (r *Report) Log(logger *slog.Logger, withEnv bool) {
 // Read builds the configuration as Load does and returns it with its
 // Report, which is never nil, also when the configuration is invalid:
 // `templatecenter check-config` and serve both read through it.
-func Read(env Env, opts Options) (*Config, *Report, error) {
-	rep := &Report{}
+func Read(env Env, opts Options) (*Config, *Provenance, error) {
+	rep := &Provenance{}
 	cfg := Default()
 	path, warning := configPath(env)
 	if warning != "" {

@@ -85,7 +85,7 @@ func (c *Config) fileSecretWarnings(path string, fi fs.FileInfo) []string {
 // secretSpec), recording warnings (deprecated names, world-readable files)
 // and sources in rep. It returns errors for files named but unreadable;
 // neither ever holds a secret's value.
-func (c *Config) applySecrets(env Env, rep *Report) (errs []error) {
+func (c *Config) applySecrets(env Env, rep *Provenance) (errs []error) {
 	credDir, _ := env(CredentialsDirEnv)
 	credDir = strings.TrimSpace(credDir)
 	for _, s := range secrets {

@@ -38,7 +38,7 @@ var envOnly = []struct {
 // Settings lists every setting of c with its value and where it came from,
 // in the order of the sections, the environment's own after master's;
 // secrets show only whether they are set.
-func (r *Report) Settings(c *Config) []Setting {
+func (r *Provenance) Settings(c *Config) []Setting {
 	out := c.flatten()
 	for i := range out {
 		out[i].Source = r.Source(out[i].Key)

@@ -8,7 +8,7 @@ import (
 
 // settingsByKey lists rep's settings of c by key, failing on a key listed
 // twice.
-func settingsByKey(t *testing.T, rep *Report, c *Config) map[string]Setting {
+func settingsByKey(t *testing.T, rep *Provenance, c *Config) map[string]Setting {
 	t.Helper()
 	byKey := map[string]Setting{}
 	for _, s := range rep.Settings(c) {

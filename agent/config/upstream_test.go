@@ -52,7 +52,7 @@ auth:
 `
 
 // readFile loads text as the configuration file under env, through Read.
-func readFile(t *testing.T, text string, env map[string]string, opts Options) (*Config, *Report, error) {
+func readFile(t *testing.T, text string, env map[string]string, opts Options) (*Config, *Provenance, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "conf.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
@@ -65,7 +65,7 @@ func readFile(t *testing.T, text string, env map[string]string, opts Options) (*
 	return Read(envOf(all), opts)
 }
 
-func warningTexts(rep *Report) []string {
+func warningTexts(rep *Provenance) []string {
 	var out []string
 	for _, w := range rep.Warnings {
 		out = append(out, w.Text)

@@ -14,7 +14,7 @@ import (
 // and upstream names.
 func Parse(r io.Reader) (*Config, []string, error) {
 	cfg := Default()
-	rep := &Report{}
+	rep := &Provenance{}
 	if err := cfg.parse(r, "config", false, rep); err != nil {
 		return nil, nil, err
 	}
@@ -28,7 +28,7 @@ func Parse(r io.Reader) (*Config, []string, error) {
 // parse decodes the file over c. Upstream's keys are applied under TC's
 // names or reported ignored (upstream.go); unknown keys are warnings, or
 // errors when strict (or config.strict) says so. name labels the sources.
-func (c *Config) parse(r io.Reader, name string, strict bool, rep *Report) error {
+func (c *Config) parse(r io.Reader, name string, strict bool, rep *Provenance) error {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(r).Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -125,7 +125,7 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 // describes unknown ones.
 type walker struct {
 	name     string
-	rep      *Report
+	rep      *Provenance
 	upstream map[string]*yaml.Node // upstream key → its key node
 	values   map[string]*yaml.Node // upstream key → its value node
 	unknown  []unknownKey

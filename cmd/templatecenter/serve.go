@@ -34,7 +34,7 @@ const noStoreFallback = "TC does not fall back to $TMPDIR/cubemaster-rootfs-arti
 // createDirs creates the store and the work directory, or says which
 // directory failed, the key and the variables that set it, where its value
 // came from and, for the store, why there is no fallback.
-func createDirs(cfg *config.Config, report *config.Report) error {
+func createDirs(cfg *config.Config, report *config.Provenance) error {
 	for _, d := range []struct{ what, key, dir, why string }{
 		{"artifact store", "store.dir", cfg.Store.Dir, noStoreFallback},
 		{"work directory", "store.work_dir", cfg.Store.WorkDir, ""},
@@ -116,7 +116,7 @@ func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error
 // logger it configures, at level. The configuration's warnings are held
 // until it says which format to write them in; when it is invalid, they
 // go out as text.
-func loadConfig(ctx context.Context, loadOpts config.Options, stderr io.Writer, level *slog.LevelVar) (*config.Config, *config.Report, *slog.Logger, error) {
+func loadConfig(ctx context.Context, loadOpts config.Options, stderr io.Writer, level *slog.LevelVar) (*config.Config, *config.Provenance, *slog.Logger, error) {
 	var held heldRecords
 	cfg, report, err := config.Read(os.LookupEnv, loadOpts)
 	report.Log(held.logger(), true)
