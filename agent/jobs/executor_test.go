@@ -304,7 +304,10 @@ func TestProgressWritesAreOffTheBuildsPath(t *testing.T) {
 	if reps, err := sp.Reports(ctx, "job-1"); err != nil || len(reps) != 0 {
 		t.Fatalf("reports committed while the gate is shut: %d, %v", len(reps), err)
 	}
+	// The build ends, and its flight's context with it, before any of
+	// its progress commits: they land all the same.
 	close(fb.release)
+	wait.For(t, "the build to end", func() bool { _, builds := x.Busy(); return builds == 0 })
 	close(q.open)
 	if j := x.finished(t, "job-1"); j.State != spool.StateBuilt {
 		t.Fatalf("job = %s (%q), want built", j.State, j.Error)

@@ -49,6 +49,14 @@ func (e *Executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.
 	r := &jobRun{e: e, job: job, log: e.logger.With("job_id", job.ID, "attempt", job.Attempts),
 		agentCtx: agentCtx, limit: limit, phase: api.PhasePulling, flush: make(chan struct{}, 1), lane: newProgressLane()}
 	defer r.lane.close()
+	e.mu.Lock()
+	e.runs[job.ID] = r
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.runs, job.ID)
+		e.mu.Unlock()
+	}()
 	if job.Attempts > e.settings().MaxAttempts {
 		r.fail(ctx, job.Phase, fmt.Sprintf("build interrupted %d times (agent stopped or crashed during it); giving up", job.Attempts-1))
 		return
@@ -328,9 +336,13 @@ func (r *jobRun) persistProgress(ctx context.Context, kind string) {
 		return
 	}
 	rep := &spool.Report{Kind: kind, Body: body}
+	// The lane commits it once the writes before it have, maybe after
+	// ctx (a flight's, a heartbeat's) ended: the report stands all the
+	// same, as it would have had it been committed at once.
+	ctx = context.WithoutCancel(ctx)
 	r.lane.add(func() {
 		if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
-			if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
+			if !errors.Is(err, spool.ErrFinished) {
 				r.log.Warn("record progress", "err", err)
 			}
 			return
@@ -370,9 +382,10 @@ func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) {
 		r.log.Warn("queue report", "kind", kind, "err", err)
 		return
 	}
+	ctx = context.WithoutCancel(ctx) // as in persistProgress
 	r.lane.add(func() {
 		if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body}); err != nil {
-			if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
+			if !errors.Is(err, spool.ErrFinished) {
 				r.log.Warn("queue report", "kind", kind, "err", err)
 			}
 			return

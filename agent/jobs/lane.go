@@ -39,6 +39,23 @@ func (l *progressLane) add(op func()) {
 	}
 }
 
+// flush returns once every op added before it has run.
+func (l *progressLane) flush() {
+	ran := make(chan struct{})
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		<-l.done
+		return
+	}
+	l.add(func() { close(ran) })
+	select {
+	case <-ran:
+	case <-l.done: // closed meanwhile: everything ran
+	}
+}
+
 // close runs what was added and returns once it has run; later adds are
 // dropped. Calling it again waits the same way.
 func (l *progressLane) close() {

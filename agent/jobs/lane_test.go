@@ -41,3 +41,27 @@ func TestProgressLaneRunsInOrderAndDrainsOnClose(t *testing.T) {
 	}
 	l.close() // again: returns at once
 }
+
+// TestProgressLaneFlush: flush returns once the ops added before it ran,
+// and on a closed lane at once.
+func TestProgressLaneFlush(t *testing.T) {
+	l := newProgressLane()
+	hold := make(chan struct{})
+	var ran []int
+	l.add(func() { <-hold; ran = append(ran, 1) })
+	l.add(func() { ran = append(ran, 2) })
+	flushed := make(chan struct{})
+	go func() { l.flush(); close(flushed) }()
+	select {
+	case <-flushed:
+		t.Fatal("flush returned before the ops added before it ran")
+	default:
+	}
+	close(hold)
+	<-flushed
+	if !slices.Equal(ran, []int{1, 2}) {
+		t.Errorf("ran %v at flush, want [1 2]", ran)
+	}
+	l.close()
+	l.flush()
+}
