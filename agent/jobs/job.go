@@ -140,8 +140,6 @@ func (r *jobRun) execute(ctx context.Context) (*api.Built, string, error) {
 	}
 	artifactID := api.ArtifactID(fp)
 	r.log = r.log.With("artifact_id", artifactID)
-	// Committed before the flight starts: from then until its BUILT report
-	// is delivered, the job names the artifact, so a delete refuses it.
 	if err := e.jobs.SetFingerprint(ctx, r.job.ID, fp, artifactID); err != nil {
 		return nil, api.PhaseUnpacking, err
 	}
