@@ -278,3 +278,35 @@ func parseMetric(text, series string) (float64, error) {
 // errNotExported is a series missing from /metrics (a labelled series the
 // agent never touched).
 var errNotExported = errors.New("not exported")
+
+// builderTime reads the Builder's own time in job jobID from the agent's
+// log: the "took" of its "artifact published" line. It is 0 with no error
+// when the job built nothing (a reuse).
+func (a *agentProc) builderTime(jobID string) (time.Duration, error) {
+	b, err := os.ReadFile(a.log.Name())
+	if err != nil {
+		return 0, fmt.Errorf("read the agent's log: %w", err)
+	}
+	return parseBuilderTime(string(b), jobID)
+}
+
+// parseBuilderTime finds the "artifact published" line of jobID in an
+// agent's log and returns its took=.
+func parseBuilderTime(log, jobID string) (time.Duration, error) {
+	for line := range strings.Lines(log) {
+		if !strings.Contains(line, `msg="artifact published"`) || !strings.Contains(line, " job_id="+jobID+" ") {
+			continue
+		}
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "took="); ok {
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return 0, fmt.Errorf("artifact published line of job %s: took %q: %w", jobID, v, err)
+				}
+				return d, nil
+			}
+		}
+		return 0, fmt.Errorf("artifact published line of job %s has no took=", jobID)
+	}
+	return 0, nil
+}

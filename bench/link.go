@@ -20,47 +20,109 @@ import (
 // Report.Links, apart from the loopback pipelines.
 const PipelineLinkCold = "tc-cold-link"
 
-// DefaultLinks are the link-model bandwidths `make bench` measures, in
-// Mbit/s, as ParseLinks reads them.
-const DefaultLinks = "400,1000"
+// DefaultLinks are the link models `make bench` measures, as ParseLinks
+// reads them: 400 Mbit/s shared and no cap per connection; 1 Gbit/s
+// shared and 200 Mbit/s per connection.
+const DefaultLinks = "400,1000/200"
 
 // linkConnDelay is added to each new connection through the link model:
 // a round trip of a regional link.
 const linkConnDelay = 20 * time.Millisecond
 
-// targetLinkRatio bounds a cold build over a link against its floor.
-const targetLinkRatio = 1.15
+// targetLinkRatio bounds a cold build over a link without a cap per
+// connection against its floor; targetLinkCappedRatio one over a link
+// whose connections are capped.
+const (
+	targetLinkRatio       = 1.15
+	targetLinkCappedRatio = 1.3
+)
 
-// linkRatioWithLoopback is the bandwidth from which the link target's
-// floor is the larger of the link floor and the loopback cold build: on a
-// fast link the build, not the link, may be the bound.
+// linkRatioWithLoopback is the bandwidth from which the floor of an
+// uncapped link's target is the larger of the link floor and the loopback
+// cold build: on a fast link the build, not the link, may be the bound.
 const linkRatioWithLoopback = 1_000_000_000
 
 // DefaultLinkImages returns the images measured through the links.
 func DefaultLinkImages() []string { return []string{ImageDebian, ImageLarge} }
 
-// ParseLinks reads comma-separated bandwidths in Mbit/s ("400,1000") as
-// bits per second; an empty string is no link.
-func ParseLinks(s string) ([]int64, error) {
+// Link is one link model: a bandwidth shared by all connections and, when
+// set, a cap on each connection's own rate, both in bits per second.
+type Link struct {
+	BitsPerSecond     int64 `json:"link_bits_per_second"`
+	ConnBitsPerSecond int64 `json:"link_conn_bits_per_second,omitempty"`
+}
+
+// String names the link: "400 Mbit/s", or "1000 Mbit/s, 200 Mbit/s per
+// connection".
+func (l Link) String() string {
+	if l.ConnBitsPerSecond <= 0 {
+		return mbits(l.BitsPerSecond)
+	}
+	return mbits(l.BitsPerSecond) + ", " + mbits(l.ConnBitsPerSecond) + " per connection"
+}
+
+// label names the link in file names: link-400, link-1000-200.
+func (l Link) label() string {
+	s := fmt.Sprintf("link-%d", l.BitsPerSecond/1_000_000)
+	if l.ConnBitsPerSecond > 0 {
+		s += fmt.Sprintf("-%d", l.ConnBitsPerSecond/1_000_000)
+	}
+	return s
+}
+
+// capped says the link caps each connection below the shared bandwidth.
+func (l Link) capped() bool {
+	return l.ConnBitsPerSecond > 0 && l.ConnBitsPerSecond < l.BitsPerSecond
+}
+
+// targetRatio is the link's target against its bound (Bound).
+func (l Link) targetRatio() float64 {
+	if l.capped() {
+		return targetLinkCappedRatio
+	}
+	return targetLinkRatio
+}
+
+// ParseLinks reads comma-separated links in Mbit/s: "400" is 400 Mbit/s
+// shared by all connections, "1000/200" 1000 Mbit/s shared with each
+// connection capped at 200 Mbit/s. An empty string is no link.
+func ParseLinks(s string) ([]Link, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	var out []int64
+	var out []Link
 	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || v <= 0 || v > 1e6 {
-			return nil, fmt.Errorf("link bandwidth %q: want Mbit/s, a number above 0", f)
+		shared, perConn, capped := strings.Cut(strings.TrimSpace(f), "/")
+		var l Link
+		var err error
+		if l.BitsPerSecond, err = parseMbits(shared); err != nil {
+			return nil, fmt.Errorf("link %q: %w", f, err)
 		}
-		out = append(out, int64(v*1e6))
+		if capped {
+			if l.ConnBitsPerSecond, err = parseMbits(perConn); err != nil {
+				return nil, fmt.Errorf("link %q: per connection: %w", f, err)
+			}
+		}
+		out = append(out, l)
 	}
 	return out, nil
 }
 
-// LinkRun is one cold build of the agent through the link model.
+// parseMbits reads a bandwidth in Mbit/s as bits per second.
+func parseMbits(s string) (int64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || v <= 0 || v > 1e6 {
+		return 0, fmt.Errorf("bandwidth %q: want Mbit/s, a number above 0", s)
+	}
+	return int64(v * 1e6), nil
+}
+
+// LinkRun is one cold build of the agent through the link model, timed
+// end to end: from the POST of the build to its BUILT report at the
+// CubeMaster stand-in.
 type LinkRun struct {
 	Measurement
-	// BitsPerSecond is the link's bandwidth, shared by all connections.
-	BitsPerSecond int64 `json:"link_bits_per_second"`
+	Link
 	// ConnDelay is added to each new connection.
 	ConnDelay time.Duration `json:"link_conn_delay_ns"`
 	// Compressed is the image's layer blob bytes.
@@ -72,9 +134,13 @@ type LinkRun struct {
 	Requests      int   `json:"requests"`
 	RangeRequests int   `json:"range_requests"`
 	Connections   int   `json:"connections"`
+	// Reuse is the same spec submitted again right after the BUILT
+	// report, through the same link, POST to BUILT.
+	Reuse time.Duration `json:"reuse_ns"`
 }
 
-// Floor is the link floor: the compressed bytes at the link's bandwidth.
+// Floor is the link floor: the compressed bytes at the link's shared
+// bandwidth.
 func (l LinkRun) Floor() time.Duration {
 	return linkFloor(l.Compressed, l.BitsPerSecond)
 }
@@ -86,8 +152,8 @@ func linkFloor(bytes, bps int64) time.Duration {
 	return time.Duration(float64(bytes) * 8 / float64(bps) * float64(time.Second))
 }
 
-// linkName prints a bandwidth.
-func linkName(bps int64) string {
+// mbits prints a bandwidth.
+func mbits(bps int64) string {
 	return strconv.FormatFloat(float64(bps)/1e6, 'f', -1, 64) + " Mbit/s"
 }
 
@@ -102,8 +168,8 @@ func (h *harness) measureLinks(ctx context.Context, name string, run int, dir st
 	if run%2 == 1 {
 		slices.Reverse(links)
 	}
-	for _, bps := range links {
-		if err := h.linkBuild(ctx, name, run, bps, dir); err != nil {
+	for _, l := range links {
+		if err := h.linkBuild(ctx, name, run, l, dir); err != nil {
 			return err
 		}
 	}
@@ -112,9 +178,10 @@ func (h *harness) measureLinks(ctx context.Context, name string, run int, dir st
 
 // linkBuild starts a link model in front of the registry and a fresh
 // agent (empty layer cache) that pulls through it, and measures one cold
-// build.
-func (h *harness) linkBuild(ctx context.Context, name string, run int, bps int64, dir string) error {
-	p, err := linkproxy.New(linkproxy.Options{Target: "http://" + h.reg.Host, BitsPerSecond: bps, ConnDelay: linkConnDelay})
+// build and one reuse of its spec.
+func (h *harness) linkBuild(ctx context.Context, name string, run int, link Link, dir string) error {
+	p, err := linkproxy.New(linkproxy.Options{Target: "http://" + h.reg.Host, BitsPerSecond: link.BitsPerSecond,
+		ConnBitsPerSecond: link.ConnBitsPerSecond, ConnDelay: linkConnDelay})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -123,7 +190,7 @@ func (h *harness) linkBuild(ctx context.Context, name string, run int, bps int64
 	// registry spoken to over plain HTTP.
 	setup := h.setup
 	setup.RegistryHost = p.Addr()
-	label := fmt.Sprintf("link-%d", bps/1_000_000)
+	label := link.label()
 	a, err := startAgent(ctx, setup, filepath.Join(dir, label))
 	if err != nil {
 		return err
@@ -135,31 +202,40 @@ func (h *harness) linkBuild(ctx context.Context, name string, run int, bps int64
 	}()
 	ref := p.Addr() + strings.TrimPrefix(h.refs[name], h.reg.Host)
 	unix.Sync()
-	m, _, err := h.agentBuildRef(ctx, a, name, ref, run, PipelineLinkCold, envdBlob(name, run, label), false)
+	envd := envdBlob(name, run, label)
+	m, _, err := h.agentBuildRef(ctx, a, name, ref, run, PipelineLinkCold, envd, false)
 	if err != nil {
 		return fmt.Errorf("%w (agent log: logs/%s)", err, logName)
 	}
 	st := p.Stats()
-	l := LinkRun{Measurement: m, BitsPerSecond: bps, ConnDelay: linkConnDelay, Compressed: h.images[name].compressed(),
+	l := LinkRun{Measurement: m, Link: link, ConnDelay: linkConnDelay, Compressed: h.images[name].compressed(),
 		Through: st.BodyBytes, Requests: st.Requests, RangeRequests: st.RangeRequests, Connections: st.Connections}
 	// A build that did not pull its layers through the link measured
 	// nothing about the link.
 	if l.Through < l.Compressed {
 		return fmt.Errorf("bench: the cold build of %s over %s carried %d bytes, fewer than the image's %d compressed bytes",
-			name, linkName(bps), l.Through, l.Compressed)
+			name, link, l.Through, l.Compressed)
 	}
+	reuse, err := a.build(ctx, h.master, fmt.Sprintf("bench-%s-%d-%s-reuse-%d", name, run, label, time.Now().UnixNano()), ref, envd)
+	if err != nil {
+		return fmt.Errorf("bench: reuse of %s over %s: %w (agent log: logs/%s)", name, link, err, logName)
+	}
+	if reuse.SHA256 != m.SHA256 {
+		return fmt.Errorf("bench: reuse of %s over %s returned %s, the cold build made %s", name, link, reuse.SHA256, m.SHA256)
+	}
+	l.Reuse = reuse.Wall
 	h.report.Links = append(h.report.Links, l)
-	h.logf("%-7s run %d %s over %s %7.3f s  link floor %.3f s (%.2fx)  cpu %6.2f s  peak RSS %6.1f MiB  written %7.1f MiB  through %.1f MiB in %d requests, %d connections  load %.2f",
-		name, run, PipelineLinkCold, linkName(bps), m.Wall.Seconds(), l.Floor().Seconds(), m.Wall.Seconds()/l.Floor().Seconds(),
+	h.logf("%-7s run %d %s over %s %7.3f s  link floor %.3f s (%.2fx)  outside the Builder %.1f ms  reuse %.1f ms  cpu %6.2f s  peak RSS %6.1f MiB  written %7.1f MiB  through %.1f MiB in %d requests, %d connections  load %.2f",
+		name, run, PipelineLinkCold, link, m.Wall.Seconds(), l.Floor().Seconds(), m.Wall.Seconds()/l.Floor().Seconds(), ms(m.Outside()), ms(l.Reuse),
 		m.CPU.Seconds(), mib(m.PeakRSS), mib(m.Written), mib(l.Through), l.Requests, l.Connections, m.Load1)
 	return nil
 }
 
-// LinkRow summarizes the link runs of one image and bandwidth: the Row of
-// its cold builds (pipeline tc-cold-link), and the link's figures.
+// LinkRow summarizes the link runs of one image and link: the Row of its
+// cold builds (pipeline tc-cold-link), and the link's figures.
 type LinkRow struct {
 	Row
-	BitsPerSecond int64
+	Link
 	// CompressedMiB is the image's layer blobs; Floor the link floor and
 	// Loopback the median loopback cold build (0 if not measured), in
 	// seconds.
@@ -168,32 +244,36 @@ type LinkRow struct {
 	Loopback      float64
 	// ThroughMiB is the median of the bytes the link carried.
 	ThroughMiB float64
+	// OutsideMs is the median time of the cold builds outside the
+	// Builder, ReuseMs the median reuse, in milliseconds.
+	OutsideMs float64
+	ReuseMs   float64
 }
 
 // Bound is what the target compares the cold build with: the link floor,
-// or on links of 1 Gbit/s and more the larger of it and the loopback
-// cold build.
+// or on uncapped links of 1 Gbit/s and more the larger of it and the
+// loopback cold build.
 func (r LinkRow) Bound() float64 {
-	if r.BitsPerSecond >= linkRatioWithLoopback {
+	if r.BitsPerSecond >= linkRatioWithLoopback && !r.capped() {
 		return max(r.Floor, r.Loopback)
 	}
 	return r.Floor
 }
 
 // Pass says whether the median cold build meets the link target.
-func (r LinkRow) Pass() bool { return r.WallMedian <= targetLinkRatio*r.Bound() }
+func (r LinkRow) Pass() bool { return r.WallMedian <= r.targetRatio()*r.Bound() }
 
-// LinkRows summarizes the link runs per image and bandwidth, in the order
+// LinkRows summarizes the link runs per image and link, in the order
 // first measured, against the loopback cold builds of rows.
 func (r *Report) LinkRows(rows []Row) []LinkRow {
 	type key struct {
-		img string
-		bps int64
+		img  string
+		link Link
 	}
 	var order []key
 	groups := map[key][]LinkRun{}
 	for _, l := range r.Links {
-		k := key{l.Image, l.BitsPerSecond}
+		k := key{l.Image, l.Link}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -202,14 +282,17 @@ func (r *Report) LinkRows(rows []Row) []LinkRow {
 	var out []LinkRow
 	for _, k := range order {
 		ls := groups[k]
-		ms := make([]Measurement, len(ls))
-		var through []float64
+		runs := make([]Measurement, len(ls))
+		var through, outside, reuse []float64
 		for i, l := range ls {
-			ms[i] = l.Measurement
+			runs[i] = l.Measurement
 			through = append(through, mib(l.Through))
+			outside = append(outside, ms(l.Outside()))
+			reuse = append(reuse, ms(l.Reuse))
 		}
-		lr := LinkRow{Row: summarize(k.img, PipelineLinkCold, ms), BitsPerSecond: k.bps,
-			CompressedMiB: mib(ls[0].Compressed), Floor: ls[0].Floor().Seconds(), ThroughMiB: median(through)}
+		lr := LinkRow{Row: summarize(k.img, PipelineLinkCold, runs), Link: k.link,
+			CompressedMiB: mib(ls[0].Compressed), Floor: ls[0].Floor().Seconds(), ThroughMiB: median(through),
+			OutsideMs: median(outside), ReuseMs: median(reuse)}
 		for _, row := range rows {
 			if row.Image == k.img && row.Pipeline == PipelineCold {
 				lr.Loopback = row.WallMedian
@@ -227,19 +310,22 @@ func (r *Report) writeLinks(w io.Writer, rows []Row) {
 		return
 	}
 	fmt.Fprintf(w, "link model: the agent's cold builds (fresh agent, empty layer cache) through test/linkproxy in front of the registry, "+
-		"a reverse proxy sharing one bandwidth between all connections (a virtual clock, chunks of at most 32 KiB) and adding %v to each new connection; "+
-		"link floor = compressed bytes / bandwidth; target: cold <= %.2fx the floor, from %s the larger of the floor and the loopback cold build; medians:\n\n",
-		linkConnDelay, targetLinkRatio, linkName(linkRatioWithLoopback))
-	fmt.Fprintln(w, "| image | link | runs | compressed MiB | link floor s | loopback cold s | cold s | cold min s | cold max s | cold/floor | cold/max(floor, loopback) | target s | verdict | cpu s | peak RSS MiB | written MiB | written/size | through MiB | load1 |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+		"timed end to end (the build's POST to its BUILT report at the CubeMaster stand-in), then the same spec submitted again (reuse); "+
+		"the proxy shares one bandwidth between all connections and, where the link names one, caps each connection's rate "+
+		"(two virtual clocks, chunks of at most 32 KiB), and adds %v to each new connection; "+
+		"link floor = compressed bytes / shared bandwidth; outside = the cold build less the Builder's own time; "+
+		"target: cold <= %.2fx the floor (%.2fx with a cap per connection), on uncapped links from %s the larger of the floor and the loopback cold build; medians:\n\n",
+		linkConnDelay, targetLinkRatio, targetLinkCappedRatio, mbits(linkRatioWithLoopback))
+	fmt.Fprintln(w, "| image | link | runs | compressed MiB | link floor s | loopback cold s | cold s | cold min s | cold max s | cold/floor | cold/bound | target s | verdict | outside ms | reuse ms | cpu s | peak RSS MiB | written MiB | written/size | through MiB | load1 |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range lrs {
 		verdict := "PASS"
 		if !l.Pass() {
 			verdict = "MISS"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %s | %.2f | %.1f | %.1f | %.2f | %.1f | %.2f |\n",
-			l.Image, linkName(l.BitsPerSecond), l.Runs, l.CompressedMiB, l.Floor, l.Loopback, l.WallMedian, l.WallMin, l.WallMax,
-			l.WallMedian/l.Floor, l.WallMedian/max(l.Floor, l.Loopback), targetLinkRatio*l.Bound(), verdict, l.CPUMedian, l.PeakRSSMiB,
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f | %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %.1f | %.2f |\n",
+			l.Image, l.Link, l.Runs, l.CompressedMiB, l.Floor, l.Loopback, l.WallMedian, l.WallMin, l.WallMax,
+			l.WallMedian/l.Floor, l.WallMedian/l.Bound(), l.targetRatio()*l.Bound(), verdict, l.OutsideMs, l.ReuseMs, l.CPUMedian, l.PeakRSSMiB,
 			l.WrittenMiB, l.WrittenPerSize, l.ThroughMiB, l.Load1)
 	}
 	fmt.Fprintln(w)
@@ -255,11 +341,11 @@ func linkTargets(lrs []LinkRow) []Target {
 		if !slices.Contains(images, l.Image) {
 			images = append(images, l.Image)
 		}
-		want := fmt.Sprintf("<= %.2fx link floor", targetLinkRatio)
-		if l.BitsPerSecond >= linkRatioWithLoopback {
-			want = fmt.Sprintf("<= %.2fx max(floor, loopback)", targetLinkRatio)
+		want := fmt.Sprintf("<= %.2fx link floor", l.targetRatio())
+		if l.BitsPerSecond >= linkRatioWithLoopback && !l.capped() {
+			want = fmt.Sprintf("<= %.2fx max(floor, loopback)", l.targetRatio())
 		}
-		out = append(out, Target{Name: fmt.Sprintf("tc-cold over %s %s", linkName(l.BitsPerSecond), l.Image), Want: want,
+		out = append(out, Target{Name: fmt.Sprintf("tc-cold over %s %s", l.Link, l.Image), Want: want,
 			Got:  fmt.Sprintf("%.2fx (%.3f s vs floor %.3f s, loopback %.3f s)", l.WallMedian/l.Bound(), l.WallMedian, l.Floor, l.Loopback),
 			Pass: l.Pass()})
 	}

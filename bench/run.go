@@ -63,10 +63,9 @@ type Config struct {
 	// ManyFiles is the file count of the many-files image built once for
 	// its memory per entry; 0 skips it.
 	ManyFiles int
-	// Links are the bandwidths, in bits per second, of the link-model
-	// rows: cold builds through a linkproxy in front of the registry;
-	// none skips them.
-	Links []int64
+	// Links are the link models of the link rows: cold builds through a
+	// linkproxy in front of the registry; none skips them.
+	Links []Link
 	// LinkImages are the images measured through the links
 	// (DefaultLinkImages when nil).
 	LinkImages []string
@@ -448,6 +447,9 @@ func (h *harness) agentBuildRef(ctx context.Context, a *agentProc, name, ref str
 		return m, sampledBuild{}, fmt.Errorf("bench: %w", err)
 	}
 	m.Wall, m.SHA256, m.PeakRSS = res.Wall, res.SHA256, after.PeakRSS
+	if m.Builder, err = a.builderTime(jobID); err != nil {
+		return m, sampledBuild{}, fmt.Errorf("bench: %w", err)
+	}
 	m.Written, m.CPU = after.WriteBytes-before.WriteBytes, after.CPU-before.CPU
 	m.Cancelled = after.CancelledBytes - before.CancelledBytes
 	if m.Size, m.Allocated, err = fileSize(res.Path); err != nil {

@@ -41,7 +41,7 @@ func TestSmoke(t *testing.T) {
 	agent := cmdbin.Build{}.Path(t)
 	report, err := Run(ctx, Config{WorkDir: t.TempDir(), Agent: agent, Runs: 1, Images: []string{ImageTiny},
 		Verify: true, ScratchSize: 1 << 30, Log: testLog{t}, ReuseSamples: 2, ReuseLoadSamples: 2, ScaleLayerBytes: 1 << 20, ManyFiles: 3000,
-		Links: []int64{1_000_000_000}, LinkImages: []string{ImageTiny}})
+		Links: []Link{{BitsPerSecond: 1_000_000_000, ConnBitsPerSecond: 200_000_000}}, LinkImages: []string{ImageTiny}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,11 +142,22 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("start checks: %+v, want one timed check of the tiny image", c)
 	}
 	// The link-model build pulled the image's layers through the proxy.
-	if l := report.Links; len(l) != 1 || l[0].BitsPerSecond != 1_000_000_000 || l[0].Through < l[0].Compressed || l[0].Compressed <= 0 ||
-		l[0].Connections < 1 || l[0].Wall <= 0 || l[0].PeakRSS <= 0 || l[0].SHA256 == "" {
-		t.Errorf("link runs: %+v, want one cold build through the link of at least the image's compressed bytes", l)
+	if l := report.Links; len(l) != 1 || l[0].BitsPerSecond != 1_000_000_000 || l[0].ConnBitsPerSecond != 200_000_000 ||
+		l[0].Through < l[0].Compressed || l[0].Compressed <= 0 || l[0].Connections < 1 || l[0].Wall <= 0 || l[0].PeakRSS <= 0 ||
+		l[0].SHA256 == "" || l[0].Builder <= 0 || l[0].Builder >= l[0].Wall || l[0].Reuse <= 0 {
+		t.Errorf("link runs: %+v, want one cold build through the link of at least the image's compressed bytes, "+
+			"its Builder's time within it, and a reuse", l)
 	}
-	for _, section := range []string{"ratios", "floor:", "link model:", "tc-cold over 1000 Mbit/s tiny", "scale curve", "concurrency:", "many files", "RSS per entry", "tc-warm-now <= tc-cold tiny", "start check in a build"} {
+	// The agent's builds know their Builder's time; a reuse has none.
+	for _, m := range report.Measurements {
+		switch built := m.Pipeline == PipelineCold || m.Pipeline == PipelineWarmNow || m.Pipeline == PipelineWarm; {
+		case built && (m.Builder <= 0 || m.Builder >= m.Wall):
+			t.Errorf("%s build: Builder %v of %v in all", m.Pipeline, m.Builder, m.Wall)
+		case m.Pipeline == PipelineReuse && m.Builder != 0:
+			t.Errorf("reuse: Builder %v, want none", m.Builder)
+		}
+	}
+	for _, section := range []string{"ratios", "floor:", "link model:", "tc-cold over 1000 Mbit/s, 200 Mbit/s per connection tiny", "outside the Builder", "scale curve", "concurrency:", "many files", "RSS per entry", "tc-warm-now <= tc-cold tiny", "start check in a build"} {
 		if !strings.Contains(out.String(), section) {
 			t.Errorf("report lacks %q", section)
 		}

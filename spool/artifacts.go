@@ -46,7 +46,7 @@ func scanArtifact(row interface{ Scan(...any) error }) (Artifact, error) {
 
 // PutArtifact records (or replaces) a published artifact.
 func (s *Spool) PutArtifact(ctx context.Context, a Artifact) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO artifacts (artifact_id, fingerprint, path, sha256, size, mtime_ns, result, created_at)
+	_, err := s.exec(ctx, `INSERT INTO artifacts (artifact_id, fingerprint, path, sha256, size, mtime_ns, result, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT(artifact_id) DO UPDATE SET fingerprint = excluded.fingerprint, path = excluded.path,
 			sha256 = excluded.sha256, size = excluded.size, mtime_ns = excluded.mtime_ns, result = excluded.result`,
@@ -73,7 +73,7 @@ func (s *Spool) ArtifactByFingerprint(ctx context.Context, fingerprint string) (
 // DeleteArtifact forgets an artifact. Forgetting an unknown one is not an
 // error.
 func (s *Spool) DeleteArtifact(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, "DELETE FROM artifacts WHERE artifact_id = ?", id); err != nil {
+	if _, err := s.exec(ctx, "DELETE FROM artifacts WHERE artifact_id = ?", id); err != nil {
 		return fmt.Errorf("forget artifact %s: %w", id, err)
 	}
 	return nil

@@ -120,7 +120,7 @@ func TestArtifactsListAndPending(t *testing.T) {
 func TestMigrationDatesOldArtifactsFromTheUpgrade(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "spool.db")
-	old, err := open(ctx, path, false)
+	old, err := open(ctx, path, false, busyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,7 @@ func (s *Spool) ClaimNext(ctx context.Context) (Job, bool, error) {
 // Requeue puts a running job back at its place in the queue, for a build
 // interrupted by shutdown. It is a no-op for a job in any other state.
 func (s *Spool) Requeue(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, "UPDATE jobs SET state = ?, updated_at = ? WHERE job_id = ? AND state = ?",
+	_, err := s.exec(ctx, "UPDATE jobs SET state = ?, updated_at = ? WHERE job_id = ? AND state = ?",
 		StateQueued, s.nowMS(), id, StateRunning)
 	if err != nil {
 		return fmt.Errorf("requeue job %s: %w", id, err)
@@ -207,7 +207,7 @@ func (s *Spool) Requeue(ctx context.Context, id string) error {
 // RequeueRunning puts every running job back in the queue: at startup they
 // are leftovers of a crash. It returns how many it moved.
 func (s *Spool) RequeueRunning(ctx context.Context) (int, error) {
-	res, err := s.db.ExecContext(ctx, "UPDATE jobs SET state = ?, updated_at = ? WHERE state = ?",
+	res, err := s.exec(ctx, "UPDATE jobs SET state = ?, updated_at = ? WHERE state = ?",
 		StateQueued, s.nowMS(), StateRunning)
 	if err != nil {
 		return 0, fmt.Errorf("requeue interrupted jobs: %w", err)
@@ -239,7 +239,7 @@ func (s *Spool) SetProgress(ctx context.Context, id, phase string, progress int,
 // SetFingerprint records the template fingerprint and artifact id a job
 // resolved to.
 func (s *Spool) SetFingerprint(ctx context.Context, id, fingerprint, artifactID string) error {
-	_, err := s.db.ExecContext(ctx, "UPDATE jobs SET fingerprint = ?, artifact_id = ?, updated_at = ? WHERE job_id = ?",
+	_, err := s.exec(ctx, "UPDATE jobs SET fingerprint = ?, artifact_id = ?, updated_at = ? WHERE job_id = ?",
 		fingerprint, artifactID, s.nowMS(), id)
 	if err != nil {
 		return fmt.Errorf("record fingerprint of job %s: %w", id, err)
@@ -326,6 +326,11 @@ func inactive(ctx context.Context, tx *sql.Tx, id string) error {
 // emptied: false while a reader still holds a snapshot that needs it.
 func (s *Spool) ScrubWAL(ctx context.Context) (bool, error) {
 	var busy, logFrames, checkpointed int
+	done, err := s.takeTurn(ctx)
+	if err != nil {
+		return false, fmt.Errorf("checkpoint spool WAL: %w", err)
+	}
+	defer done()
 	if err := s.durable.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &checkpointed); err != nil {
 		return false, fmt.Errorf("checkpoint spool WAL: %w", err)
 	}
@@ -381,7 +386,7 @@ func (s *Spool) Counts(ctx context.Context) (queued, running int, err error) {
 // PurgeFinished deletes terminal jobs that finished before cutoff and whose
 // reports were all delivered. It returns how many it deleted.
 func (s *Spool) PurgeFinished(ctx context.Context, cutoff time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM jobs WHERE state IN (?, ?) AND finished_at < ?
+	res, err := s.exec(ctx, `DELETE FROM jobs WHERE state IN (?, ?) AND finished_at < ?
 		AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.job_id = jobs.job_id)`,
 		StateBuilt, StateFailed, cutoff.UnixMilli())
 	if err != nil {

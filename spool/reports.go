@@ -187,7 +187,7 @@ func (s *Spool) RemoveReport(ctx context.Context, id int64) error {
 
 // RetryReport records a failed delivery attempt and when to try again.
 func (s *Spool) RetryReport(ctx context.Context, id int64, next time.Time, lastErr string) error {
-	if _, err := s.db.ExecContext(ctx, "UPDATE reports SET attempts = attempts + 1, next_attempt = ?, last_error = ? WHERE id = ?",
+	if _, err := s.exec(ctx, "UPDATE reports SET attempts = attempts + 1, next_attempt = ?, last_error = ? WHERE id = ?",
 		next.UnixMilli(), lastErr, id); err != nil {
 		return fmt.Errorf("reschedule report %d: %w", id, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -52,12 +53,22 @@ var (
 // next durable commit makes them durable too, since it syncs the whole WAL
 // before it. Skipping their fsyncs keeps a dozen disk flushes off every
 // job's path to its terminal report.
+//
+// Every write of the process, in either pool, first takes the spool's
+// write turn (writing): SQLite hands its write lock from one connection to
+// another by polling, its busy handler sleeping 1, 2, 5, 10, 15 ms and
+// more between tries, which put tens of milliseconds between a job's steps
+// whenever the reporter's commits met the build's; a channel hands the
+// turn over at once.
 type Spool struct {
 	db       *sql.DB
 	durable  *sql.DB
 	path     string
 	readOnly bool
 	now      func() time.Time
+	// writing holds a token while a writer of this process holds (or is
+	// about to take) SQLite's write lock.
+	writing chan struct{}
 	// scrubOwed is set while a finished job's credentials may remain in
 	// old WAL frames: a checkpoint could not empty the WAL.
 	scrubOwed atomic.Bool
@@ -76,7 +87,7 @@ func Open(ctx context.Context, path string) (*Spool, error) {
 	if err := restrict(path); err != nil {
 		return nil, err
 	}
-	s, err := open(ctx, path, false)
+	s, err := open(ctx, path, false, busyTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +128,7 @@ func OpenReadOnly(ctx context.Context, path string) (*Spool, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("open spool: %w", err)
 	}
-	s, err := open(ctx, path, true)
+	s, err := open(ctx, path, true, busyTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +145,11 @@ func OpenReadOnly(ctx context.Context, path string) (*Spool, error) {
 }
 
 // dsn is the driver's name for the database at path. synchronous is
-// SQLite's setting for the pool's commits (ignored read-only).
-func dsn(path string, readOnly bool, synchronous string) string {
+// SQLite's setting for the pool's commits (ignored read-only); busy is how
+// long a statement waits for a lock another connection holds.
+func dsn(path string, readOnly bool, synchronous string, busy time.Duration) string {
 	q := url.Values{}
-	q.Set("_busy_timeout", "10000")
+	q.Set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
 	q.Set("_foreign_keys", "on")
 	if readOnly {
 		q.Set("mode", "ro")
@@ -153,7 +165,12 @@ func dsn(path string, readOnly bool, synchronous string) string {
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
 
-func open(ctx context.Context, path string, readOnly bool) (*Spool, error) {
+// busyTimeout bounds a statement's wait for a lock held by another
+// process (an inspection, a backup): within the process, writes take
+// their turn on Spool.writing first.
+const busyTimeout = 10 * time.Second
+
+func open(ctx context.Context, path string, readOnly bool, busy time.Duration) (*Spool, error) {
 	if !haveCgo {
 		// The spool is fine; the binary is not. Say so before the
 		// driver's stub answers with an error that looks like the file's.
@@ -161,16 +178,16 @@ func open(ctx context.Context, path string, readOnly bool) (*Spool, error) {
 			"(make build, or install the deb or rpm). The spool was not touched and keeps its queued jobs", path, ErrNoCgo)
 	}
 	// NORMAL in WAL mode: a commit is written to the WAL, not synced.
-	db, err := sql.Open("sqlite3", dsn(path, readOnly, "NORMAL"))
+	db, err := sql.Open("sqlite3", dsn(path, readOnly, "NORMAL", busy))
 	if err != nil {
 		return nil, fmt.Errorf("open spool %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(4)
-	s := &Spool{db: db, durable: db, path: path, readOnly: readOnly, now: time.Now}
+	s := &Spool{db: db, durable: db, path: path, readOnly: readOnly, now: time.Now, writing: make(chan struct{}, 1)}
 	if !readOnly {
 		// FULL makes a commit durable across power loss, not only a
 		// crash: a 200 to CubeMaster promises the job is on disk.
-		if s.durable, err = sql.Open("sqlite3", dsn(path, false, "FULL")); err != nil {
+		if s.durable, err = sql.Open("sqlite3", dsn(path, false, "FULL", busy)); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("open spool %s: %w", path, err)
 		}
@@ -244,6 +261,11 @@ func (s *Spool) Ping(ctx context.Context) error {
 		}
 		return nil
 	}
+	done, err := s.takeTurn(ctx)
+	if err != nil {
+		return fmt.Errorf("ping spool: %w", err)
+	}
+	defer done()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("ping spool: %w", err)
@@ -255,19 +277,46 @@ func (s *Spool) Ping(ctx context.Context) error {
 	return nil
 }
 
+// takeTurn waits for the process's write turn (see Spool); done gives it
+// back.
+func (s *Spool) takeTurn(ctx context.Context) (done func(), err error) {
+	select {
+	case s.writing <- struct{}{}:
+		return func() { <-s.writing }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for the spool's write turn: %w", ctx.Err())
+	}
+}
+
+// exec runs one writing statement on its own, without waiting for the
+// disk, in the write turn.
+func (s *Spool) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	done, err := s.takeTurn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return s.db.ExecContext(ctx, query, args...)
+}
+
 // tx runs fn in a transaction, committing when it returns nil, without
 // waiting for the disk (see Spool).
 func (s *Spool) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return txOn(ctx, s.db, fn)
+	return s.txOn(ctx, s.db, fn)
 }
 
 // durableTx is tx for a commit that must survive a power cut before it
 // returns.
 func (s *Spool) durableTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return txOn(ctx, s.durable, fn)
+	return s.txOn(ctx, s.durable, fn)
 }
 
-func txOn(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+func (s *Spool) txOn(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	done, err := s.takeTurn(ctx)
+	if err != nil {
+		return storageError(err)
+	}
+	defer done()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return storageError(fmt.Errorf("begin transaction: %w", err))

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestOpenCreatesPrivateWALDatabase(t *testing.T) {
 func TestOpenMigratesOlderSchema(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "spool.db")
-	old, err := open(ctx, path, false)
+	old, err := open(ctx, path, false, busyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,7 +576,7 @@ func TestFinishedJobLeavesNoSecretOnDisk(t *testing.T) {
 func TestCredentialsOfOlderReleasesAreScrubbed(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "spool.db")
-	old, err := open(ctx, path, false)
+	old, err := open(ctx, path, false, busyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -734,5 +735,76 @@ func TestOldestReport(t *testing.T) {
 	at, ok, err := s.OldestReport(ctx)
 	if err != nil || !ok || at.Before(before) || at.After(time.Now()) {
 		t.Errorf("OldestReport = %v, %v, %v; want a time of this test", at, ok, err)
+	}
+}
+
+// TestWritersTakeTurnsWithoutSQLiteBusyWaits: the process's own writers
+// never meet on SQLite's write lock, whose busy handler hands it over by
+// sleeping (1, 2, 5, 10 ms and up). With no busy wait allowed at all, any
+// write that found the lock taken would fail "database is locked".
+func TestWritersTakeTurnsWithoutSQLiteBusyWaits(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "spool.db")
+	openAt(t, path).Close()
+	s, err := open(ctx, path, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const jobs = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, jobs*16)
+	for i := range jobs {
+		wg.Go(func() {
+			id := fmt.Sprintf("job-%d", i)
+			steps := []func() error{
+				func() error {
+					_, err := s.Enqueue(ctx, NewJob{ID: id, Request: []byte(`{}`), Secret: i%4 == 0}, 1000)
+					return err
+				},
+				func() error { _, _, err := s.ClaimNext(ctx); return err },
+				func() error {
+					return s.SetProgress(ctx, id, "PULLING", 1, &Report{Kind: KindPhase, Body: []byte(`{}`)})
+				},
+				func() error { return s.SetFingerprint(ctx, id, "fp-"+id, "rfs-"+id) },
+				func() error { return s.AddReport(ctx, id, Report{Kind: KindPull, Body: []byte(`{}`)}) },
+				func() error {
+					return s.PutArtifact(ctx, Artifact{ID: "rfs-" + id, Fingerprint: "fp-" + id, Path: "/x", Result: []byte(`{}`)})
+				},
+				func() error { return s.Ping(ctx) },
+				func() error {
+					reps, err := s.Reports(ctx, id)
+					if err != nil || len(reps) == 0 {
+						return err
+					}
+					if err := s.RetryReport(ctx, reps[0].ID, time.Now(), "x"); err != nil {
+						return err
+					}
+					return s.RemoveReport(ctx, reps[0].ID)
+				},
+				func() error {
+					err := s.Finish(ctx, id, StateBuilt, "READY", "", Report{Kind: KindTerminal, Body: []byte(`{}`)})
+					if errors.Is(err, ErrFinished) {
+						return nil
+					}
+					return err
+				},
+				func() error { return s.Requeue(ctx, id) },
+				func() error { _, err := s.PurgeFinished(ctx, time.Now().Add(-time.Hour)); return err },
+				func() error { return s.DeleteArtifact(ctx, "rfs-"+id) },
+				func() error { _, err := s.ScrubWAL(ctx); return err },
+				func() error { return s.Resend(ctx, id) },
+			}
+			for _, step := range steps {
+				if err := step(); err != nil {
+					errs <- fmt.Errorf("%s: %w", id, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

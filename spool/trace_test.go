@@ -65,7 +65,7 @@ func TestTraceContextStored(t *testing.T) {
 func TestTraceColumnsMigrated(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "spool.db")
-	old, err := open(ctx, path, false)
+	old, err := open(ctx, path, false, busyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

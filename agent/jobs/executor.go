@@ -130,8 +130,9 @@ type Executor struct {
 	// running as soon as its claim is committed, so a cancel finds it.
 	claimMu sync.Mutex
 	mu      sync.Mutex
-	// running maps job ids to their cancel functions.
+	// running maps job ids to their cancel functions, runs to their state.
 	running map[string]context.CancelCauseFunc
+	runs    map[string]*jobRun
 	// flights maps fingerprints to the build in progress for them.
 	flights map[string]*flight
 	wake    chan struct{}
@@ -164,6 +165,7 @@ func New(o Options) *Executor {
 		logger: o.Logger, live: o.Live, tracer: o.Tracer,
 		metrics: newMetrics(), beat: o.Beat,
 		running: map[string]context.CancelCauseFunc{},
+		runs:    map[string]*jobRun{},
 		flights: map[string]*flight{},
 		wake:    make(chan struct{}, 1),
 	}
@@ -285,6 +287,15 @@ func (e *Executor) Cancel(ctx context.Context, id string) (spool.Job, error) {
 		return j, fmt.Errorf("cancel job %s: %w", id, spool.ErrFinished)
 	}
 	phase := j.Phase
+	e.mu.Lock()
+	run := e.runs[id]
+	e.mu.Unlock()
+	if run != nil {
+		// The phase the build is in, and its progress reports queued
+		// before the FAILED one: the spool's may lag behind them.
+		run.lane.flush()
+		phase = run.phaseNow()
+	}
 	if phase == "" {
 		phase = api.PhasePulling
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -230,5 +232,105 @@ func TestCancelLeaderOfSharedBuild(t *testing.T) {
 	}
 	if j, err := x.spool.Job(context.Background(), "twin-a"); err != nil || j.State != spool.StateFailed {
 		t.Errorf("cancelled leader after the build = %+v (%v), want it to stay failed", j, err)
+	}
+}
+
+// gatedQueue holds every progress write (SetProgress, AddReport) until
+// open is closed, as a spool commit stuck behind a slow disk would.
+type gatedQueue struct {
+	*spool.Spool
+	open chan struct{}
+}
+
+func (q gatedQueue) SetProgress(ctx context.Context, id, phase string, progress int, r *spool.Report) error {
+	<-q.open
+	return q.Spool.SetProgress(ctx, id, phase, progress, r)
+}
+
+func (q gatedQueue) AddReport(ctx context.Context, id string, r spool.Report) error {
+	<-q.open
+	return q.Spool.AddReport(ctx, id, r)
+}
+
+// resolveWatcher is a fakeBuilder that tells when it is asked to resolve.
+type resolveWatcher struct {
+	*fakeBuilder
+	resolving chan struct{}
+}
+
+func (b resolveWatcher) Resolve(ctx context.Context, src rootfs.Source) (*rootfs.Image, error) {
+	select {
+	case b.resolving <- struct{}{}:
+	default:
+	}
+	return b.fakeBuilder.Resolve(ctx, src)
+}
+
+// TestProgressWritesAreOffTheBuildsPath: a build resolves its image and
+// runs the Builder while its progress reports wait to be committed; they
+// all land, in order, before its terminal report.
+func TestProgressWritesAreOffTheBuildsPath(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	sp, err := spool.Open(ctx, filepath.Join(dir, "spool.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	fb := &fakeBuilder{store: rootfs.Store(filepath.Join(dir, "store")), release: make(chan struct{})}
+	b := resolveWatcher{fakeBuilder: fb, resolving: make(chan struct{}, 1)}
+	q := gatedQueue{Spool: sp, open: make(chan struct{})}
+	logger := slog.New(slog.DiscardHandler)
+	settings := config.Build{MaxConcurrentBuilds: 1, HeartbeatInterval: time.Hour, Timeout: time.Minute, MaxAttempts: 3}
+	e := New(Options{Jobs: q, Artifacts: artifacts.New(artifacts.Options{Index: sp, Store: fb.store, Logger: logger}), Builder: b,
+		Reporter: nopWaker{}, Settings: func() config.Build { return settings }, Logger: logger})
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go e.Dispatch(dctx)
+	x := &testExecutor{Executor: e, spool: sp, builder: fb}
+	x.submit(t, "job-1", "registry.test/app:1")
+
+	// The PULLING report is held, yet the image is resolved and the
+	// Builder runs (its BUILDING_EXT4 report held too).
+	wait.For(t, "the image to be resolved while the PULLING report waits", func() bool {
+		select {
+		case <-b.resolving:
+			return true
+		default:
+			return false
+		}
+	})
+	wait.For(t, "the Builder to run while the progress reports wait", func() bool { return fb.buildCount() == 1 })
+	if reps, err := sp.Reports(ctx, "job-1"); err != nil || len(reps) != 0 {
+		t.Fatalf("reports committed while the gate is shut: %d, %v", len(reps), err)
+	}
+	// The build ends, and its flight's context with it, before any of
+	// its progress commits: they land all the same.
+	close(fb.release)
+	wait.For(t, "the build to end", func() bool { _, builds := x.Busy(); return builds == 0 })
+	close(q.open)
+	if j := x.finished(t, "job-1"); j.State != spool.StateBuilt {
+		t.Fatalf("job = %s (%q), want built", j.State, j.Error)
+	}
+	reps, err := sp.Reports(ctx, "job-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range reps {
+		var body struct{ Phase string }
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Kind+":"+body.Phase)
+	}
+	want := []string{spool.KindPhase + ":" + api.PhasePulling, spool.KindPhase + ":" + api.PhaseUnpacking, spool.KindFingerprint + ":",
+		spool.KindPhase + ":" + api.PhaseBuildingExt4, spool.KindTerminal + ":" + api.PhaseReady}
+	if !slices.Equal(got, want) {
+		t.Errorf("reports = %v, want %v", got, want)
+	}
+	cancel()
+	if err := e.Wait(ctx); err != nil {
+		t.Error(err)
 	}
 }

@@ -39,13 +39,24 @@ type jobRun struct {
 	pullSent   *rootfs.PullProgress
 	pullSentAt time.Time
 	flush      chan struct{}
+	// lane commits the job's progress off the build's path.
+	lane *progressLane
 }
 
 // run drives one job, under ctx, to a terminal report, or back to the
 // queue when the agent stops (agentCtx ends) under it.
 func (e *Executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.Duration) {
 	r := &jobRun{e: e, job: job, log: e.logger.With("job_id", job.ID, "attempt", job.Attempts),
-		agentCtx: agentCtx, limit: limit, phase: api.PhasePulling, flush: make(chan struct{}, 1)}
+		agentCtx: agentCtx, limit: limit, phase: api.PhasePulling, flush: make(chan struct{}, 1), lane: newProgressLane()}
+	defer r.lane.close()
+	e.mu.Lock()
+	e.runs[job.ID] = r
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.runs, job.ID)
+		e.mu.Unlock()
+	}()
 	if job.Attempts > e.settings().MaxAttempts {
 		r.fail(ctx, job.Phase, fmt.Sprintf("build interrupted %d times (agent stopped or crashed during it); giving up", job.Attempts-1))
 		return
@@ -251,8 +262,9 @@ func (r *jobRun) publishing(ctx context.Context) {
 	r.onProgress(rootfs.Progress{Percent: api.ProgressUploadStart})
 }
 
-// setPhase records a phase change and reports it; the report is never
-// superseded, so CubeMaster sees every phase, however brief.
+// setPhase records a phase change and queues its report on the job's
+// lane; the report is never superseded, so CubeMaster sees every phase,
+// however brief.
 func (r *jobRun) setPhase(ctx context.Context, phase string, progress int) {
 	r.mu.Lock()
 	r.enterPhaseLocked(phase, time.Now())
@@ -312,9 +324,9 @@ func (r *jobRun) heartbeat(ctx context.Context) {
 	}
 }
 
-// persistProgress stores the current phase/progress and queues it as a
-// RUNNING report of kind: spool.KindPhase for a change of phase,
-// spool.KindStatus for a heartbeat.
+// persistProgress has the job's lane store the current phase/progress and
+// queue it as a RUNNING report of kind: spool.KindPhase for a change of
+// phase, spool.KindStatus for a heartbeat.
 func (r *jobRun) persistProgress(ctx context.Context, kind string) {
 	r.mu.Lock()
 	phase, progress := r.phase, r.progress
@@ -325,20 +337,25 @@ func (r *jobRun) persistProgress(ctx context.Context, kind string) {
 		return
 	}
 	rep := &spool.Report{Kind: kind, Body: body}
-	if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
-		if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
-			r.log.Warn("record progress", "err", err)
+	// The lane commits it once the writes before it have, maybe after
+	// ctx (a flight's, a heartbeat's) ended: the report stands all the
+	// same, as it would have had it been committed at once.
+	ctx = context.WithoutCancel(ctx)
+	r.lane.add(func() {
+		if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
+			if !errors.Is(err, spool.ErrFinished) {
+				r.log.Warn("record progress", "err", err)
+			}
+			return
 		}
-		return
-	}
-	r.e.reporter.Wake()
+		r.e.reporter.Wake()
+	})
 }
 
 // persistPull queues the latest download progress when it changed since
 // the last one sent; between heartbeats at most every half interval unless
-// final. Progress counts as sent once queued: a report the heartbeat's
-// context cut short (the build ended meanwhile) is queued by the final
-// call instead.
+// final. Progress counts as sent once it is on the lane: the lane commits
+// it even when the heartbeat that queued it has ended.
 func (r *jobRun) persistPull(ctx context.Context, final bool) {
 	r.mu.Lock()
 	p := r.pull
@@ -348,13 +365,9 @@ func (r *jobRun) persistPull(ctx context.Context, final bool) {
 		return
 	}
 	sent := *p
-	r.mu.Unlock()
-	if !r.report(ctx, spool.KindPull, api.PullReport(wirePull(sent))) {
-		return
-	}
-	r.mu.Lock()
 	r.pullSent, r.pullSentAt = &sent, time.Now()
 	r.mu.Unlock()
+	r.report(ctx, spool.KindPull, api.PullReport(wirePull(sent)))
 }
 
 // wirePull is the builder's pull progress as CubeMaster receives it, in
@@ -364,21 +377,23 @@ func wirePull(p rootfs.PullProgress) api.Pull {
 		CompletedLayers: p.CompletedLayers, SpeedBPS: p.SpeedBPS}
 }
 
-// report queues a non-terminal report and says whether it did.
-func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) bool {
+// report has the job's lane queue a non-terminal report.
+func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) {
 	body, err := rep.Encode()
 	if err != nil {
 		r.log.Warn("queue report", "kind", kind, "err", err)
-		return false
+		return
 	}
-	if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body}); err != nil {
-		if ctx.Err() == nil && !errors.Is(err, spool.ErrFinished) {
-			r.log.Warn("queue report", "kind", kind, "err", err)
+	ctx = context.WithoutCancel(ctx) // as in persistProgress
+	r.lane.add(func() {
+		if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body}); err != nil {
+			if !errors.Is(err, spool.ErrFinished) {
+				r.log.Warn("queue report", "kind", kind, "err", err)
+			}
+			return
 		}
-		return false
-	}
-	r.e.reporter.Wake()
-	return true
+		r.e.reporter.Wake()
+	})
 }
 
 // succeed ends the job with a BUILT report carrying this job's download
@@ -405,6 +420,9 @@ func (r *jobRun) fail(ctx context.Context, phase, message string) {
 
 func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg string, rep api.Report) {
 	e := r.e
+	// Every progress report goes before the terminal one: a finished job
+	// takes no more.
+	r.lane.close()
 	// The terminal report must be recorded even when the job context ends.
 	ctx = context.WithoutCancel(ctx)
 	body, err := rep.Encode()
@@ -436,6 +454,7 @@ func (r *jobRun) finish(ctx context.Context, state spool.State, phase, errMsg st
 // interrupted puts the job back in the queue for the next start.
 func (r *jobRun) interrupted() {
 	e := r.e
+	r.lane.close()
 	if err := e.jobs.Requeue(context.Background(), r.job.ID); err != nil {
 		r.log.Error("requeue interrupted job", "err", err)
 		return

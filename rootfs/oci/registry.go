@@ -77,6 +77,28 @@ func (ep *endpoint) transport(ctx context.Context, newBase func(registry string)
 	return rt, nil
 }
 
+// keptConfig returns the image config of digest kept with ep's shared
+// transport (transportCache), nil when there is none.
+func (ep *endpoint) keptConfig(digest string) []byte {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.shared == nil || ep.rt == nil {
+		return nil
+	}
+	return ep.shared.config(ep.key, ep.rt, digest)
+}
+
+// keepConfig keeps an image config read through ep's shared transport for
+// later resolves; an endpoint with the request's own credentials keeps
+// nothing.
+func (ep *endpoint) keepConfig(raw []byte) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.shared != nil && ep.rt != nil {
+		ep.shared.keepConfig(ep.key, ep.rt, raw)
+	}
+}
+
 // forgetTransport stops later resolves from reusing ep's transport, after
 // it failed: the next one pings the registry afresh.
 func (ep *endpoint) forgetTransport() {
@@ -250,6 +272,7 @@ func (p *registryImages) resolveAt(ctx context.Context, ep *endpoint, ref name.R
 
 // fetchConfig reads the config blob a manifest names, refusing one larger
 // than MaxConfigBytes before asking for it; describe verifies its digest.
+// A config the endpoint's shared transport keeps is not read again.
 func (p *registryImages) fetchConfig(ctx context.Context, ep *endpoint, rawManifest []byte) ([]byte, error) {
 	m, err := v1.ParseManifest(bytes.NewReader(rawManifest))
 	if err != nil {
@@ -262,6 +285,9 @@ func (p *registryImages) fetchConfig(ctx context.Context, ep *endpoint, rawManif
 	if m.Config.Data != nil {
 		return m.Config.Data, nil
 	}
+	if kept := ep.keptConfig(m.Config.Digest.String()); kept != nil {
+		return kept, nil
+	}
 	rc, err := p.openDocumentBlob(withBodyCap(ctx, c.what, c.limit), ep, m.Config.Digest)
 	if err != nil {
 		return nil, err
@@ -273,6 +299,7 @@ func (p *registryImages) fetchConfig(ctx context.Context, ep *endpoint, rawManif
 	if err != nil {
 		return nil, err
 	}
+	ep.keepConfig(b)
 	return b, nil
 }
 

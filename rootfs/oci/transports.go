@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"sync"
 	"time"
@@ -18,6 +20,11 @@ const transportTTL = time.Minute
 // resolved.
 const maxTransports = 256
 
+// maxKeptConfig bounds the image config kept with a transport: configs
+// are a few KiB; a larger one is read from the registry every time, and
+// the cache holds at most maxTransports × maxKeptConfig.
+const maxKeptConfig = 64 << 10
+
 // transportCache keeps the authenticated transports (ping, token exchange
 // done) of endpoints whose credentials come from the node, not from the
 // build request, between resolves. Without it every resolve pings the
@@ -25,6 +32,13 @@ const maxTransports = 256
 // and, behind a token server, fetches a token before it reads the manifest:
 // two to four round trips more on the path of a reuse, whose resolve is
 // most of its work. A request's own credentials never share a transport.
+//
+// With each transport it keeps the last image config read through it, by
+// the sha256 of its bytes: a resolve whose manifest names that digest (a
+// reuse, a rebuild of the same tag) reads it from here, one round trip
+// less. Being content-addressed it cannot be stale, and it is only ever
+// given to resolves of the same repository with the same credentials, as
+// the registry itself would.
 type transportCache struct {
 	now func() time.Time
 
@@ -35,6 +49,10 @@ type transportCache struct {
 type cachedTransport struct {
 	rt   http.RoundTripper
 	made time.Time
+	// configDigest ("sha256:<hex>" of config) and config are the last
+	// image config read through rt.
+	configDigest string
+	config       []byte
 }
 
 func newTransportCache() *transportCache {
@@ -84,5 +102,33 @@ func (c *transportCache) drop(key string, rt http.RoundTripper) {
 	defer c.mu.Unlock()
 	if e, ok := c.m[key]; ok && e.rt == rt {
 		delete(c.m, key)
+	}
+}
+
+// config returns the image config kept with key's transport rt whose
+// digest is digest, nil when none is (or the transport expired or was
+// replaced).
+func (c *transportCache) config(key string, rt http.RoundTripper, digest string) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok || e.rt != rt || e.configDigest != digest || c.now().Sub(e.made) >= transportTTL {
+		return nil
+	}
+	return e.config
+}
+
+// keepConfig keeps raw, an image config read through key's transport rt,
+// under the digest of its bytes, in place of the one kept before.
+func (c *transportCache) keepConfig(key string, rt http.RoundTripper, raw []byte) {
+	if len(raw) > maxKeptConfig {
+		return
+	}
+	sum := sha256.Sum256(raw)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[key]; ok && e.rt == rt {
+		e.configDigest, e.config = "sha256:"+hex.EncodeToString(sum[:]), raw
+		c.m[key] = e
 	}
 }

@@ -1,7 +1,22 @@
 // Package linkproxy is an HTTP reverse proxy on loopback that models a
 // network link in front of a registry (or any HTTP server): one bandwidth
-// shared by all connections, a delay on each new connection, and injected
-// faults (Range requests ignored, connections cut mid-body).
+// shared by all connections, a cap on each connection's own rate, a delay
+// on each new connection, and injected faults (Range requests ignored,
+// connections cut mid-body).
+//
+// The model: response bodies go to the client in chunks of at most 32 KiB.
+// Each chunk of n bytes reserves n·8/BitsPerSecond on one clock shared by
+// every connection (the link) and n·8/ConnBitsPerSecond on its own
+// connection's clock (a server or CDN that serves one stream at most that
+// fast), first come first served, and is released when the later of its
+// two slots ends. A clock that fell behind the wall clock starts again
+// from at most 5 ms in the past, so a sleeper woken late gets its
+// overshoot back without an idle link banking more than 5 ms of bytes.
+// One connection thus gets min(ConnBitsPerSecond, BitsPerSecond), N busy
+// connections together min(N·ConnBitsPerSecond, BitsPerSecond). Requests
+// on a kept-alive connection share its clock; request and header bytes
+// are not counted. ConnDelay holds each new connection's first read (a
+// TCP handshake's round trip).
 package linkproxy
 
 import (
@@ -26,6 +41,9 @@ type Options struct {
 	// BitsPerSecond is one bandwidth shared by all connections, applied
 	// to response bodies; 0 is unlimited.
 	BitsPerSecond int64
+	// ConnBitsPerSecond caps each client connection's response bodies,
+	// within the shared bandwidth; 0 is no cap.
+	ConnBitsPerSecond int64
 	// ConnDelay is added to each new client TCP connection before its
 	// first request is read (a round trip for the TCP handshake), not to
 	// later requests on a kept-alive connection.
@@ -65,7 +83,6 @@ type Proxy struct {
 	addr      string
 	srv       *http.Server
 	transport *http.Transport
-	bps       int64
 	done      chan struct{}
 	closeOnce sync.Once
 
@@ -73,8 +90,40 @@ type Proxy struct {
 	ignoreRange bool
 	cuts        []cutRule
 	stats       Stats
+	link        schedule
+}
+
+// schedule is the link model's clocks (see the package comment).
+type schedule struct {
+	bps, connBps int64
 	// next is the shared clock: when the link is free again.
 	next time.Time
+}
+
+// connClock is one client connection's clock: when it may send again.
+type connClock struct{ next time.Time }
+
+// reserve books n body bytes of conn (nil: a connection unknown to the
+// model, only the link applies) at now and returns how long to hold them.
+func (s *schedule) reserve(now time.Time, n int, conn *connClock) time.Duration {
+	var wait time.Duration
+	if s.bps > 0 {
+		wait = book(&s.next, now, n, s.bps)
+	}
+	if s.connBps > 0 && conn != nil {
+		wait = max(wait, book(&conn.next, now, n, s.connBps))
+	}
+	return wait
+}
+
+// book reserves n bytes at bps on the clock next, from at most maxCredit
+// before now, and returns the wait until the reservation ends.
+func book(next *time.Time, now time.Time, n int, bps int64) time.Duration {
+	if floor := now.Add(-maxCredit); next.Before(floor) {
+		*next = floor
+	}
+	*next = next.Add(time.Duration(float64(n) * 8 * float64(time.Second) / float64(bps)))
+	return next.Sub(now)
 }
 
 // cutRule is a CutAfter request not yet used up.
@@ -93,14 +142,15 @@ func New(opts Options) (*Proxy, error) {
 	if target.Scheme != "http" && target.Scheme != "https" || target.Host == "" {
 		return nil, fmt.Errorf("linkproxy: target %q: want an http(s) base URL", opts.Target)
 	}
-	if opts.BitsPerSecond < 0 || opts.ConnDelay < 0 {
+	if opts.BitsPerSecond < 0 || opts.ConnBitsPerSecond < 0 || opts.ConnDelay < 0 {
 		return nil, errors.New("linkproxy: negative bandwidth or delay")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("linkproxy: listen: %w", err)
 	}
-	p := &Proxy{addr: ln.Addr().String(), bps: opts.BitsPerSecond, ignoreRange: opts.IgnoreRange, done: make(chan struct{}),
+	p := &Proxy{addr: ln.Addr().String(), link: schedule{bps: opts.BitsPerSecond, connBps: opts.ConnBitsPerSecond},
+		ignoreRange: opts.IgnoreRange, done: make(chan struct{}),
 		// No transparent gzip: the client must see the upstream's bytes
 		// and Content-Length.
 		transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}}
@@ -121,7 +171,15 @@ func New(opts Options) (*Proxy, error) {
 		// A cut is a read error by design; do not log it.
 		ErrorLog: discard,
 	}
-	p.srv = &http.Server{Handler: rp, ReadHeaderTimeout: 30 * time.Second, ErrorLog: discard}
+	p.srv = &http.Server{Handler: rp, ReadHeaderTimeout: 30 * time.Second, ErrorLog: discard,
+		// The connection's clock travels with each of its requests, to
+		// the response body (the outgoing request keeps the context).
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if dc, ok := c.(*delayConn); ok {
+				return context.WithValue(ctx, connClockKey{}, &dc.clock)
+			}
+			return ctx
+		}}
 	go p.srv.Serve(&delayListener{Listener: ln, p: p, delay: opts.ConnDelay})
 	return p, nil
 }
@@ -203,9 +261,13 @@ func (p *Proxy) wrapBody(resp *http.Response) error {
 	if cut >= 0 && resp.ContentLength >= 0 && cut >= resp.ContentLength {
 		cut = -1
 	}
-	resp.Body = &linkBody{body: resp.Body, p: p, ctx: resp.Request.Context(), left: cut}
+	clock, _ := resp.Request.Context().Value(connClockKey{}).(*connClock)
+	resp.Body = &linkBody{body: resp.Body, p: p, ctx: resp.Request.Context(), conn: clock, left: cut}
 	return nil
 }
+
+// connClockKey finds a request's connection clock in its context.
+type connClockKey struct{}
 
 // errCut ends a cut body; the reverse proxy then aborts the client's
 // connection (http.ErrAbortHandler) instead of ending the body.
@@ -216,6 +278,7 @@ type linkBody struct {
 	body io.ReadCloser
 	p    *Proxy
 	ctx  context.Context
+	conn *connClock
 	// left is how many bytes remain before the cut; negative for none.
 	left int64
 }
@@ -238,7 +301,7 @@ func (b *linkBody) Read(buf []byte) (int, error) {
 		if b.left > 0 {
 			b.left -= int64(n)
 		}
-		if werr := b.p.transmit(b.ctx, n); werr != nil {
+		if werr := b.p.transmit(b.ctx, b.conn, n); werr != nil {
 			return 0, werr
 		}
 	}
@@ -247,21 +310,12 @@ func (b *linkBody) Read(buf []byte) (int, error) {
 
 func (b *linkBody) Close() error { return b.body.Close() }
 
-// transmit reserves n bytes' time on the shared clock, first come first
-// served, and waits until the link has carried them.
-func (p *Proxy) transmit(ctx context.Context, n int) error {
+// transmit reserves n bytes' time on the link's and conn's clocks and
+// waits until both have carried them.
+func (p *Proxy) transmit(ctx context.Context, conn *connClock, n int) error {
 	p.mu.Lock()
 	p.stats.BodyBytes += int64(n)
-	if p.bps == 0 {
-		p.mu.Unlock()
-		return nil
-	}
-	now := time.Now()
-	if floor := now.Add(-maxCredit); p.next.Before(floor) {
-		p.next = floor
-	}
-	p.next = p.next.Add(time.Duration(float64(n) * 8 * float64(time.Second) / float64(p.bps)))
-	wait := p.next.Sub(now)
+	wait := p.link.reserve(time.Now(), n, conn)
 	p.mu.Unlock()
 	if wait <= 0 {
 		return nil
@@ -297,12 +351,14 @@ func (l *delayListener) Accept() (net.Conn, error) {
 	return &delayConn{Conn: c, delay: l.delay, done: l.p.done}, nil
 }
 
-// delayConn sleeps once, before its first read.
+// delayConn sleeps once, before its first read, and keeps the
+// connection's clock (guarded by Proxy.mu).
 type delayConn struct {
 	net.Conn
 	delay time.Duration
 	done  <-chan struct{}
 	once  sync.Once
+	clock connClock
 }
 
 func (c *delayConn) Read(b []byte) (int, error) {

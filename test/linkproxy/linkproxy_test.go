@@ -235,3 +235,126 @@ func TestNewRejects(t *testing.T) {
 		}
 	}
 }
+
+// simulate runs the link model on a virtual clock: each of conns
+// connections reads total bytes in maxChunk chunks, asking for the next
+// one when the last is released, plus late when it slept for it (a
+// timer's overshoot). It
+// returns when each connection had all its bytes.
+func simulate(s *schedule, conns int, total int64, late time.Duration) []time.Duration {
+	start := time.Unix(1e9, 0)
+	clocks := make([]connClock, conns)
+	at := make([]time.Time, conns) // when each connection asks next
+	left := make([]int64, conns)
+	ended := make([]time.Duration, conns)
+	for i := range conns {
+		at[i], left[i] = start, total
+	}
+	for {
+		next := -1
+		for i := range conns {
+			if left[i] > 0 && (next < 0 || at[i].Before(at[next])) {
+				next = i
+			}
+		}
+		if next < 0 {
+			return ended
+		}
+		n := int(min(left[next], maxChunk))
+		wait := s.reserve(at[next], n, &clocks[next])
+		left[next] -= int64(n)
+		if wait > 0 {
+			at[next] = at[next].Add(wait)
+		}
+		if left[next] == 0 {
+			ended[next] = at[next].Sub(start)
+		}
+		if wait > 0 {
+			at[next] = at[next].Add(late) // only a sleeper wakes late
+		}
+	}
+}
+
+// TestModelSharesLinkAndCapsEachConnection: on the model's own clock, one
+// connection gets its cap, N connections together min(N·cap, link), and
+// a timer that wakes late costs no rate.
+func TestModelSharesLinkAndCapsEachConnection(t *testing.T) {
+	const link, capped = 1_000_000_000, 200_000_000
+	const total = 64 << 20 // bytes per connection
+	for _, c := range []struct {
+		conns         int
+		link, connCap int64
+		want          float64 // bits per second of each connection
+	}{
+		{1, link, capped, capped},
+		{3, link, capped, capped},
+		{5, link, capped, capped},
+		{8, link, capped, link / 8},
+		{1, link, 0, link},
+		{4, link, 0, link / 4},
+		{2, 0, capped, capped},
+	} {
+		for _, late := range []time.Duration{0, 300 * time.Microsecond} {
+			t.Run(fmt.Sprintf("%d-conns-link%d-cap%d-late%v", c.conns, c.link/1e6, c.connCap/1e6, late), func(t *testing.T) {
+				ended := simulate(&schedule{bps: c.link, connBps: c.connCap}, c.conns, total, late)
+				for i, d := range ended {
+					got := float64(total) * 8 / d.Seconds()
+					if got < c.want*0.97 || got > c.want*1.03 {
+						t.Errorf("connection %d of %d: %.0f Mbit/s, want %.0f", i, c.conns, got/1e6, c.want/1e6)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestConnectionCap: through the proxy, one connection gets its cap
+// however fast the link is, requests on a kept-alive connection share
+// it, and connections of a link slower than their caps share the link.
+func TestConnectionCap(t *testing.T) {
+	const connCap = 16_000_000 // 2 MB/s
+	const size = 1 << 20
+	seconds := func(bytes int, bps float64) time.Duration {
+		return time.Duration(float64(bytes) * 8 / bps * float64(time.Second))
+	}
+	fetch := func(t *testing.T, client *http.Client, url string) {
+		t.Helper()
+		if _, body, err := get(t, client, url, nil); err != nil || len(body) != size {
+			t.Errorf("GET %s: %d bytes, %v", url, len(body), err)
+		}
+	}
+	u := newUpstream(t)
+	url := fmt.Sprintf("%s/blob/%d", "%s", size)
+
+	t.Run("OneConnection", func(t *testing.T) {
+		p := newProxy(t, Options{Target: u.URL, BitsPerSecond: 1_000_000_000, ConnBitsPerSecond: connCap})
+		client := &http.Client{Transport: &http.Transport{}}
+		start := time.Now()
+		fetch(t, client, fmt.Sprintf(url, p.URL()))
+		one := time.Since(start)
+		fetch(t, client, fmt.Sprintf(url, p.URL()))
+		both := time.Since(start)
+		if want := seconds(size, connCap); one < want*8/10 || one > want*3 {
+			t.Errorf("one body on one connection took %v; its cap allows %v", one, want)
+		}
+		if want := seconds(2*size, connCap); both < want*8/10 {
+			t.Errorf("two bodies on one kept-alive connection took %v; its cap allows %v for both", both, want)
+		}
+		if st := p.Stats(); st.Connections != 1 {
+			t.Errorf("%d connections, want the kept-alive one", st.Connections)
+		}
+	})
+	t.Run("LinkSlowerThanCaps", func(t *testing.T) {
+		const link = 24_000_000 // 1.5 caps
+		p := newProxy(t, Options{Target: u.URL, BitsPerSecond: link, ConnBitsPerSecond: connCap})
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() { fetch(t, &http.Client{Transport: &http.Transport{}}, fmt.Sprintf(url, p.URL())) })
+		}
+		wg.Wait()
+		if took, want := time.Since(start), seconds(3*size, link); took < want*8/10 || took > want*3 {
+			t.Errorf("three connections took %v; the link allows %v for all, their caps %v", took, want, seconds(size, connCap))
+		}
+	})
+}

@@ -46,8 +46,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reuseLoad := fs.Int("reuse-load-samples", bench.DefaultReuseLoadSamples, "reuses submitted as a cold build's BUILT arrives, per image; negative skips them")
 	scaleMiB := fs.Int64("scale-layer-mib", bench.DefaultScaleLayerBytes>>20, "MiB of content per layer of the scale curve (1, 2, 4 and 8 layers) and of the 4 concurrency images; 0 skips both")
 	many := fs.Int("many-files", bench.DefaultManyFiles, "files of the image built once for the memory per entry; 0 skips it")
-	linkList := fs.String("links", bench.DefaultLinks, "bandwidths in Mbit/s, comma-separated, of the link-model rows (cold builds of the "+
-		strings.Join(bench.DefaultLinkImages(), " and ")+" images through a throttling proxy); empty skips them")
+	linkList := fs.String("links", bench.DefaultLinks, "link models of the link rows (cold builds of the "+
+		strings.Join(bench.DefaultLinkImages(), " and ")+" images through a throttling proxy), comma-separated: a bandwidth in Mbit/s "+
+		"shared by all connections, optionally /Mbit/s per connection (1000/200); empty skips them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
