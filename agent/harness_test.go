@@ -122,7 +122,7 @@ func (b *testBuilder) Build(ctx context.Context, spec rootfs.Spec, progress root
 			return nil, err
 		}
 	}
-	if err := b.store.Publish(f, spec.ArtifactID); err != nil {
+	if err := b.store.Commit(f, spec.ArtifactID); err != nil {
 		return nil, err
 	}
 	path := b.store.ArtifactPath(spec.ArtifactID)

@@ -156,7 +156,7 @@ func (b *Builder) Build(ctx context.Context, spec Spec, progress ProgressFunc) (
 	if err != nil {
 		return nil, err
 	}
-	if err := b.opts.Store.Publish(f, spec.ArtifactID); err != nil {
+	if err := b.opts.Store.Commit(f, spec.ArtifactID); err != nil {
 		return nil, err
 	}
 	published = true

@@ -56,10 +56,10 @@ func (s Store) CreateTemp(id string) (*os.File, error) {
 	return f, nil
 }
 
-// Publish makes a finished temporary image the artifact: fsync, rename over
+// Commit makes a finished temporary image the artifact: fsync, rename over
 // the final name, fsync the directory. f is closed in every case, and the
-// temporary file is removed when publishing fails.
-func (s Store) Publish(f *os.File, id string) (err error) {
+// temporary file is removed when the commit fails.
+func (s Store) Commit(f *os.File, id string) (err error) {
 	tmp := f.Name()
 	defer func() {
 		if err != nil {

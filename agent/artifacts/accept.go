@@ -57,7 +57,7 @@ func (a *Artifacts) Accept(ctx context.Context, id string, body io.Reader) (Acce
 	}
 	err = a.whenIdle(id, func() error {
 		installed = true
-		return a.store.Publish(f, id)
+		return a.store.Commit(f, id)
 	})
 	if err != nil {
 		return Accepted{}, err

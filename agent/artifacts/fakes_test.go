@@ -149,7 +149,7 @@ func (b *fakeBuilder) build(id string) func(context.Context) (*rootfs.Artifact, 
 			b.store.Discard(f, id)
 			return nil, err
 		}
-		if err := b.store.Publish(f, id); err != nil {
+		if err := b.store.Commit(f, id); err != nil {
 			return nil, err
 		}
 		fi, err := os.Stat(b.store.ArtifactPath(id))

@@ -67,7 +67,7 @@ func (b *fakeBuilder) Build(ctx context.Context, spec rootfs.Spec, _ rootfs.Prog
 		b.store.Discard(f, spec.ArtifactID)
 		return nil, err
 	}
-	if err := b.store.Publish(f, spec.ArtifactID); err != nil {
+	if err := b.store.Commit(f, spec.ArtifactID); err != nil {
 		return nil, err
 	}
 	fi, err := os.Stat(b.store.ArtifactPath(spec.ArtifactID))
