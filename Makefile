@@ -16,7 +16,7 @@ BIN     := bin/templatecenter
 # redis-server (CubeMaster's database and Redis, for test/dbserver),
 # libisal2 (ISA-L inflate, which make test expects to load),
 # libisal-dev (its header, for the build), runc (the OCI runtime
-# test/image runs the container image with), prometheus (prometheus and
+# test/tcimage runs the container image with), prometheus (prometheus and
 # promtool: test/alerts checks and unit-tests the alert rules and runs a
 # real server against the agent; test/helmchart checks the rendered rules),
 # and gcc, musl, musl-tools and busybox-static (the start check's loader
