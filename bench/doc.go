@@ -3,7 +3,7 @@
 // from Debian's docker-registry on loopback, runs upstream's steps
 // (skopeo, umoci, mkfs.ext4 -d, e2fsck, resize2fs) and the templatecenter
 // agent through its HTTP API in alternation, and reports wall and CPU time,
-// peak RSS, bytes written and output size as one table (Run, Report). The
+// peak RSS, bytes written and output size as one table (Run, Results). The
 // command bench/cmd/tcbench drives it for `make bench`; the package's
 // Benchmark functions cover the hot paths with `go test -bench`.
 package bench

@@ -17,7 +17,7 @@ import (
 
 // PipelineLinkCold is the agent with an empty layer cache pulling through
 // the link model: a linkproxy in front of the bench registry. Its runs are
-// Report.Links, apart from the loopback pipelines.
+// Results.Links, apart from the loopback pipelines.
 const PipelineLinkCold = "tc-cold-link"
 
 // DefaultLinks are the link models `make bench` measures, as ParseLinks
@@ -265,7 +265,7 @@ func (r LinkRow) Pass() bool { return r.WallMedian <= r.targetRatio()*r.Bound() 
 
 // LinkRows summarizes the link runs per image and link, in the order
 // first measured, against the loopback cold builds of rows.
-func (r *Report) LinkRows(rows []Row) []LinkRow {
+func (r *Results) LinkRows(rows []Row) []LinkRow {
 	type key struct {
 		img  string
 		link Link
@@ -304,7 +304,7 @@ func (r *Report) LinkRows(rows []Row) []LinkRow {
 }
 
 // writeLinks prints the link-model rows.
-func (r *Report) writeLinks(w io.Writer, rows []Row) {
+func (r *Results) writeLinks(w io.Writer, rows []Row) {
 	lrs := r.LinkRows(rows)
 	if len(lrs) == 0 {
 		return

@@ -74,7 +74,7 @@ func TestLinkRowsAndTargets(t *testing.T) {
 	slowLink := Link{BitsPerSecond: 400_000_000}
 	fastLink := Link{BitsPerSecond: 1_000_000_000}
 	cappedLink := Link{BitsPerSecond: 1_000_000_000, ConnBitsPerSecond: 200_000_000}
-	r := &Report{
+	r := &Results{
 		Measurements: []Measurement{
 			measurement("debian", PipelineCold, 0, 1100*time.Millisecond, 80<<20, 300<<20, 200<<20),
 			measurement("debian", PipelineCold, 1, 1000*time.Millisecond, 80<<20, 300<<20, 200<<20),
@@ -182,7 +182,7 @@ func TestOutsideTheBuilder(t *testing.T) {
 		m.Builder = builder
 		return m
 	}
-	r := &Report{Measurements: []Measurement{
+	r := &Results{Measurements: []Measurement{
 		built(PipelineCold, 0, 1000*time.Millisecond, 980*time.Millisecond),
 		built(PipelineCold, 1, 1100*time.Millisecond, 1060*time.Millisecond),
 		built(PipelineCold, 2, 900*time.Millisecond, 875*time.Millisecond),

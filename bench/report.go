@@ -112,8 +112,8 @@ type ImageInfo struct {
 	Entries      int    `json:"entries"`
 }
 
-// Report is the outcome of Run.
-type Report struct {
+// Results is the outcome of Run.
+type Results struct {
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
 	Host     string    `json:"host"`
@@ -220,7 +220,7 @@ type Row struct {
 
 // Rows summarizes the measurements per image and pipeline, images in the
 // order they were measured.
-func (r *Report) Rows() []Row {
+func (r *Results) Rows() []Row {
 	order, byImage := byImage(r.Measurements)
 	var rows []Row
 	for _, img := range order {
@@ -481,7 +481,7 @@ func Targets(rows []Row) []Target {
 // Targets checks the whole report: the rows' targets, then those of the
 // runs themselves (warm-now against cold per run), the start check, the
 // scale curve, the concurrent builds and the many-files image.
-func (r *Report) Targets() []Target {
+func (r *Results) Targets() []Target {
 	rows := r.Rows()
 	out := Targets(rows)
 	out = append(out, linkTargets(r.LinkRows(rows))...)
@@ -607,7 +607,7 @@ func byImage(ms []Measurement) (order []string, by map[string][]Measurement) {
 }
 
 // scalePoints summarizes r.Scale per image, smallest first.
-func (r *Report) scalePoints() []scalePoint {
+func (r *Results) scalePoints() []scalePoint {
 	order, by := byImage(r.Scale)
 	var pts []scalePoint
 	for _, img := range order {
@@ -635,7 +635,7 @@ func (r *Report) scalePoints() []scalePoint {
 
 // writeSteps prints upstream's steps per image: median wall and CPU
 // time, largest RSS and median bytes written of each step.
-func (r *Report) writeSteps(w io.Writer) {
+func (r *Results) writeSteps(w io.Writer) {
 	type key struct{ img, step string }
 	var order []key
 	walls, cpu, written := map[key][]float64{}, map[key][]float64{}, map[key][]float64{}
@@ -667,7 +667,7 @@ func (r *Report) writeSteps(w io.Writer) {
 
 // Write prints the whole report: context, the results table, upstream's
 // step breakdown, the content check and the targets.
-func (r *Report) Write(w io.Writer) error {
+func (r *Results) Write(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "tcbench %s, %d run(s) per pipeline and image, %s\n", r.Started.UTC().Format(time.RFC3339), r.Runs, r.Finished.Sub(r.Started).Round(time.Second))
 	fmt.Fprintf(bw, "host: %s\n", r.Host)
@@ -719,7 +719,7 @@ func (r *Report) Write(w io.Writer) error {
 // in writes including its background work (tc-cold plus tc-recode), and how
 // much of it was deleted before writeback (the served gzip blobs, once
 // re-encoded), medians over the runs.
-func (r *Report) writeFirstBuild(w io.Writer) {
+func (r *Results) writeFirstBuild(w io.Writer) {
 	type sums struct{ written, cancelled, size []float64 }
 	var order []string
 	per := map[string]*sums{}
@@ -805,7 +805,7 @@ type outsideRow struct {
 }
 
 // outsideRows summarizes Measurement.Outside per image and pipeline.
-func (r *Report) outsideRows() []outsideRow {
+func (r *Results) outsideRows() []outsideRow {
 	order, by := byImage(r.Measurements)
 	var out []outsideRow
 	for _, img := range order {
@@ -826,7 +826,7 @@ func (r *Report) outsideRows() []outsideRow {
 }
 
 // writeOutside prints the agent's time outside its Builder.
-func (r *Report) writeOutside(w io.Writer) {
+func (r *Results) writeOutside(w io.Writer) {
 	rows := r.outsideRows()
 	if len(rows) == 0 {
 		return
@@ -844,7 +844,7 @@ func (r *Report) writeOutside(w io.Writer) {
 }
 
 // outsideTargets checks the cold builds' time outside the Builder.
-func (r *Report) outsideTargets() []Target {
+func (r *Results) outsideTargets() []Target {
 	var out []Target
 	for _, o := range r.outsideRows() {
 		if o.pipeline != PipelineCold {
@@ -857,7 +857,7 @@ func (r *Report) outsideTargets() []Target {
 }
 
 // writeFloor prints the floor's parts per image (medians).
-func (r *Report) writeFloor(w io.Writer) {
+func (r *Results) writeFloor(w io.Writer) {
 	var floors []Measurement
 	for _, m := range r.Measurements {
 		if m.Pipeline == PipelineFloor {
@@ -886,7 +886,7 @@ func (r *Report) writeFloor(w io.Writer) {
 
 // writeScale prints the scale curve: cold and warm-now builds of images
 // of growing content, in seconds per GiB.
-func (r *Report) writeScale(w io.Writer) {
+func (r *Results) writeScale(w io.Writer) {
 	pts := r.scalePoints()
 	if len(pts) == 0 {
 		return
@@ -903,7 +903,7 @@ func (r *Report) writeScale(w io.Writer) {
 }
 
 // writeConcurrency prints the runs of several images at once.
-func (r *Report) writeConcurrency(w io.Writer) {
+func (r *Results) writeConcurrency(w io.Writer) {
 	if len(r.Concurrency) == 0 {
 		return
 	}
@@ -930,7 +930,7 @@ func (r *Report) writeConcurrency(w io.Writer) {
 }
 
 // writeManyFiles prints the builds of the many-files image.
-func (r *Report) writeManyFiles(w io.Writer) {
+func (r *Results) writeManyFiles(w io.Writer) {
 	if len(r.ManyFiles) == 0 {
 		return
 	}

@@ -14,7 +14,7 @@ func measurement(img, pipeline string, run int, wall time.Duration, rss, written
 }
 
 func TestRows(t *testing.T) {
-	r := &Report{Measurements: []Measurement{
+	r := &Results{Measurements: []Measurement{
 		measurement("debian", PipelineUpstream, 0, 9*time.Second, 30<<20, 500<<20, 250<<20),
 		measurement("debian", PipelineCold, 0, 3*time.Second, 60<<20, 300<<20, 200<<20),
 		measurement("debian", PipelineUpstream, 1, 12*time.Second, 20<<20, 520<<20, 250<<20),
@@ -141,7 +141,7 @@ func TestTargets(t *testing.T) {
 }
 
 func TestReportTargets(t *testing.T) {
-	r := &Report{Measurements: []Measurement{
+	r := &Results{Measurements: []Measurement{
 		measurement("debian", PipelineCold, 0, 1000*time.Millisecond, 60<<20, 1, 1),
 		measurement("debian", PipelineWarmNow, 0, 900*time.Millisecond, 60<<20, 1, 1),
 		measurement("debian", PipelineCold, 1, 1000*time.Millisecond, 60<<20, 1, 1),
@@ -205,7 +205,7 @@ func TestFirstBuildSumsColdAndRecode(t *testing.T) {
 	recode.Cancelled = 195 << 20
 	warm := measurement("large", PipelineWarm, 0, 2*time.Second, 80<<20, 460<<20, 500<<20)
 	up := measurement("large", PipelineUpstream, 0, 14*time.Second, 25<<20, 1200<<20, 768<<20)
-	r := &Report{Measurements: []Measurement{up, cold, recode, warm}}
+	r := &Results{Measurements: []Measurement{up, cold, recode, warm}}
 	var out bytes.Buffer
 	r.writeFirstBuild(&out)
 	want := "| large | 830.0 | 195.0 | 635.0 | 1.66 | 1.27 |"
@@ -223,7 +223,7 @@ func TestFirstBuildSumsColdAndRecode(t *testing.T) {
 // TestStartCheckReport prints the start check's row per image and checks
 // the Debian image's against its target by the slowest run.
 func TestStartCheckReport(t *testing.T) {
-	r := &Report{StartChecks: []StartCheckRun{
+	r := &Results{StartChecks: []StartCheckRun{
 		{Image: "debian", Run: 0, Time: 3 * time.Millisecond, Result: "warnings", Libraries: 2},
 		{Image: "debian", Run: 1, Time: 5 * time.Millisecond, Result: "warnings", Libraries: 2},
 		{Image: "debian", Run: 2, Time: 4 * time.Millisecond, Result: "warnings", Libraries: 2},

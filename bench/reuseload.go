@@ -131,7 +131,7 @@ type reuseLoadStats struct {
 	coldMedian                          float64
 }
 
-func (r *Report) reuseLoadStats() []reuseLoadStats {
+func (r *Results) reuseLoadStats() []reuseLoadStats {
 	var order []string
 	by := map[string][]ReuseLoadSample{}
 	for _, s := range r.ReuseLoad {
@@ -153,7 +153,7 @@ func (r *Report) reuseLoadStats() []reuseLoadStats {
 }
 
 // writeReuseLoad prints the reuse-under-load row.
-func (r *Report) writeReuseLoad(w io.Writer) {
+func (r *Results) writeReuseLoad(w io.Writer) {
 	st := r.reuseLoadStats()
 	if len(st) == 0 {
 		return
@@ -169,7 +169,7 @@ func (r *Report) writeReuseLoad(w io.Writer) {
 }
 
 // reuseLoadTargets checks every sample against targetReuseLoad.
-func (r *Report) reuseLoadTargets() []Target {
+func (r *Results) reuseLoadTargets() []Target {
 	var out []Target
 	for _, s := range r.reuseLoadStats() {
 		out = append(out, Target{Name: "reuse under load " + s.image, Want: fmt.Sprintf("< %d ms, every sample", targetReuseLoad.Milliseconds()),

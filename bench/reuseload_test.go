@@ -8,7 +8,7 @@ import (
 )
 
 func TestReuseLoadReport(t *testing.T) {
-	r := &Report{ReuseLoad: []ReuseLoadSample{
+	r := &Results{ReuseLoad: []ReuseLoadSample{
 		{Image: "debian", Sample: 0, Cold: time.Second, Accept: 5 * time.Millisecond, Reuse: 40 * time.Millisecond},
 		{Image: "debian", Sample: 1, Cold: 3 * time.Second, Accept: 7 * time.Millisecond, Reuse: 60 * time.Millisecond},
 		{Image: "debian", Sample: 2, Cold: 2 * time.Second, Accept: 9 * time.Millisecond, Reuse: 50 * time.Millisecond},

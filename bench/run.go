@@ -76,7 +76,7 @@ type Config struct {
 // Run measures upstream's pipeline and the agent on every image, Runs
 // times each, alternating which goes first. Any failed build ends it with
 // an error.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cfg.Runs < 1 {
 		return nil, errors.New("bench: runs must be at least 1")
 	}
@@ -126,7 +126,7 @@ type harness struct {
 	caPEM  []byte
 	refs   map[string]string
 	images map[string]*benchImage
-	report *Report
+	report *Results
 }
 
 // DefaultReuseSamples is Config.ReuseSamples's default.
@@ -155,7 +155,7 @@ func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(h.cfg.Log, format+"\n", args...)
 }
 
-func (h *harness) run(ctx context.Context) (*Report, error) {
+func (h *harness) run(ctx context.Context) (*Results, error) {
 	w := h.cfg.WorkDir
 	scratchImage, buildsDir := scratchPaths(w)
 	releaseScratch(scratchImage, buildsDir)
@@ -170,7 +170,7 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		}
 	}
 	load, _ := readLoad()
-	h.report = &Report{Started: time.Now(), Host: hostInfo(), Runs: h.cfg.Runs, LoadStart: load,
+	h.report = &Results{Started: time.Now(), Host: hostInfo(), Runs: h.cfg.Runs, LoadStart: load,
 		Filesystem: "host filesystem of " + buildsDir}
 	if !h.cfg.HostFS {
 		var err error

@@ -111,7 +111,7 @@ func startCheckBuild(ctx context.Context, b *rootfs.Builder, ref, id string) (St
 
 // writeStartChecks prints the start check's time per image: median and
 // maximum over the runs.
-func (r *Report) writeStartChecks(w io.Writer) {
+func (r *Results) writeStartChecks(w io.Writer) {
 	if len(r.StartChecks) == 0 {
 		return
 	}
@@ -125,7 +125,7 @@ func (r *Report) writeStartChecks(w io.Writer) {
 }
 
 // startCheckImages are the images with start check runs, in order.
-func (r *Report) startCheckImages() []string {
+func (r *Results) startCheckImages() []string {
 	var out []string
 	for _, s := range r.StartChecks {
 		if !slices.Contains(out, s.Image) {
@@ -137,7 +137,7 @@ func (r *Report) startCheckImages() []string {
 
 // startCheckTimes returns the median and the largest start check time of
 // img's runs, and its last run.
-func (r *Report) startCheckTimes(img string) (med, mx time.Duration, last StartCheckRun) {
+func (r *Results) startCheckTimes(img string) (med, mx time.Duration, last StartCheckRun) {
 	var v []float64
 	for _, s := range r.StartChecks {
 		if s.Image == img {
@@ -151,7 +151,7 @@ func (r *Report) startCheckTimes(img string) (med, mx time.Duration, last StartC
 
 // startCheckTargets checks the Debian image's start check against
 // targetStartCheck.
-func (r *Report) startCheckTargets() []Target {
+func (r *Results) startCheckTargets() []Target {
 	if !slices.Contains(r.startCheckImages(), ImageDebian) {
 		return nil
 	}

@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // saveReport keeps the report as results.md and the raw measurements as
 // results.json in the work directory.
-func saveReport(r *bench.Report, work string) error {
+func saveReport(r *bench.Results, work string) error {
 	f, err := os.Create(filepath.Join(work, "results.md"))
 	if err != nil {
 		return fmt.Errorf("save report: %w", err)
