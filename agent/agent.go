@@ -47,7 +47,7 @@ type Agent struct {
 	load             ConfigLoader
 	spool            *spool.Spool
 	store            rootfs.Store
-	objects          blobstore.Store
+	blobs            blobstore.Store
 	artifacts        *artifacts.Artifacts
 	db               Database
 	live             LiveProgress
@@ -126,9 +126,9 @@ type Options struct {
 	Notify Notifier
 	// Watchdog is systemd's WatchdogSec; zero disables the pings.
 	Watchdog time.Duration
-	// Objects is the blob store keeping the durable copy of each artifact
+	// BlobStore is the blob store keeping the durable copy of each artifact
 	// (opened by main); nil keeps artifacts on the local store only.
-	Objects blobstore.Store
+	BlobStore blobstore.Store
 	// Database is CubeMaster's database (opened by main): every submit is
 	// checked against it, builds and deletes are shared with other
 	// replicas through it. Nil: TC works alone.
@@ -158,7 +158,7 @@ func New(o Options) *Agent {
 		load:             o.Load,
 		spool:            o.Spool,
 		store:            rootfs.Store(o.Config.Store.Dir),
-		objects:          o.Objects,
+		blobs:            o.BlobStore,
 		db:               o.Database,
 		live:             o.LiveProgress,
 		logger:           o.Logger,
@@ -202,7 +202,7 @@ func New(o Options) *Agent {
 	}
 	replicas := func() config.Replicas { return a.config().Replicas }
 	as := o.Config.ArtifactStore
-	artOpts := artifacts.Options{Index: o.Spool, Store: a.store, Objects: o.Objects, Prefix: as.S3.Prefix,
+	artOpts := artifacts.Options{Index: o.Spool, Store: a.store, BlobStore: o.BlobStore, Prefix: as.S3.Prefix,
 		PresignTTL: as.PresignTTL, KeepLocal: as.KeepLocal, RecordSecret: as.RecordSecret.Reveal(),
 		Replicas: replicas, AbandonAfter: func() time.Duration { return a.config().Build.Timeout },
 		Logger: o.Logger, Metrics: reg}
@@ -247,7 +247,7 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	} else if cfg.Master.Token == "" {
 		a.logger.Warn(api.TokenEnv + " is not set: build requests are refused with 503 until it is")
 	}
-	if a.db != nil && a.objects != nil && !a.artifacts.Signed() {
+	if a.db != nil && a.blobs != nil && !a.artifacts.Signed() {
 		a.logger.Warn("artifact_store.record_secret is not set: replicas do not adopt each other's uploads before CubeMaster " +
 			"registers them, and may build the same artifact twice; set the same secret on every replica")
 	}

@@ -258,7 +258,7 @@ func (h *harness) start() {
 	h.url = "http://" + ln.Addr().String()
 	logger := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := *h.cfg
-	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, Objects: h.objects,
+	h.agent = New(Options{Config: &cfg, Spool: sp, Builder: h.builder, Logger: logger, BlobStore: h.objects,
 		Database: h.database, LiveProgress: h.live, BuildInfo: BuildInfo{Version: "v-test", Revision: "rev-test"},
 		TracerProvider: h.tracer,
 		Load: func() (*config.Config, error) {

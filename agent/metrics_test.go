@@ -115,7 +115,7 @@ func fullMetrics(t *testing.T) *metrics {
 	}
 	t.Cleanup(func() { tp.Shutdown(ctx) })
 	a := New(Options{Config: cfg, Spool: sp, Builder: &testBuilder{}, Logger: slog.New(slog.DiscardHandler),
-		Objects: objects, Database: db, LiveProgress: live, TracerProvider: tp})
+		BlobStore: objects, Database: db, LiveProgress: live, TracerProvider: tp})
 	m := a.metrics
 	a.health.Round(ctx)
 	m.observeCallback("delivered", true)

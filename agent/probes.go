@@ -89,15 +89,15 @@ func (a *Agent) readinessChecks() []health.Check {
 		// submit (spool) would fail.
 		checks = append(checks, health.Check{Name: v.Name + "_space", Run: func(context.Context) error { return v.Check() }})
 	}
-	if a.objects != nil {
+	if a.blobs != nil {
 		// An S3 bucket that fails falls back to local artifacts: a
 		// warning, not a reason to take the replica out of service. A
 		// local artifact root is.
 		sev := health.Fail
-		if a.objects.Abilities().LocalFallback {
+		if a.blobs.Abilities().LocalFallback {
 			sev = health.Degrade
 		}
-		checks = append(checks, health.Check{Name: "blobstore", Severity: sev, Run: a.objects.Check})
+		checks = append(checks, health.Check{Name: "blobstore", Severity: sev, Run: a.blobs.Check})
 	}
 	if a.db != nil {
 		// Every submit reads CubeMaster's database.
@@ -150,7 +150,7 @@ func (a *Agent) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body["space"] = space.Views(a.config())
-	if c, ok := a.objects.(interface{ CredentialsSource() string }); ok {
+	if c, ok := a.blobs.(interface{ CredentialsSource() string }); ok {
 		// Which source signs S3 requests (static, env_aws, web_identity,
 		// ...), never the keys: a wrong role shows here.
 		body["blobstore_credentials"] = c.CredentialsSource()

@@ -60,9 +60,9 @@ type Options struct {
 	Index Index
 	// Store is the local artifact store.
 	Store rootfs.Store
-	// Objects is the blob store keeping the durable copy of each artifact;
+	// BlobStore is the blob store keeping the durable copy of each artifact;
 	// nil keeps artifacts on the local store only.
-	Objects blobstore.Store
+	BlobStore blobstore.Store
 	// Prefix is the object key prefix.
 	Prefix string
 	// PresignTTL is how long the artifact_url of an S3 object stays valid.
@@ -88,13 +88,13 @@ type Options struct {
 
 // Artifacts decides, publishes and deletes artifacts.
 type Artifacts struct {
-	index    Index
-	store    rootfs.Store
-	objects  *publisher
-	rows     Rows
-	replicas func() config.Replicas
-	logger   *slog.Logger
-	metrics  metrics
+	index     Index
+	store     rootfs.Store
+	publisher *publisher
+	rows      Rows
+	replicas  func() config.Replicas
+	logger    *slog.Logger
+	metrics   metrics
 
 	// mu guards inUse.
 	mu sync.Mutex
@@ -149,14 +149,14 @@ func New(o Options) *Artifacts {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	if o.Objects != nil {
-		a.objects = &publisher{store: o.Objects, prefix: o.Prefix, presignTTL: o.PresignTTL,
+	if o.BlobStore != nil {
+		a.publisher = &publisher{blobs: o.BlobStore, prefix: o.Prefix, presignTTL: o.PresignTTL,
 			keepLocal: o.KeepLocal, recordKey: deriveRecordKey(o.RecordSecret),
 			logger: o.Logger.With("component", "blobstore"), metrics: a.metrics.objects}
 		if o.Rows != nil {
 			// Other replicas upload to the same keys; none of their
 			// uploads outlives its build.timeout.
-			a.objects.abandonAfter = o.AbandonAfter
+			a.publisher.abandonAfter = o.AbandonAfter
 		}
 		a.metrics.objects.register(reg)
 	}
@@ -168,15 +168,15 @@ func New(o Options) *Artifacts {
 
 // Objects is the blob store, nil for none.
 func (a *Artifacts) Objects() blobstore.Store {
-	if a.objects == nil {
+	if a.publisher == nil {
 		return nil
 	}
-	return a.objects.store
+	return a.publisher.blobs
 }
 
 // Signed reports whether records beside objects are signed, so replicas
 // can adopt each other's uploads.
-func (a *Artifacts) Signed() bool { return a.objects != nil && a.objects.recordKey != nil }
+func (a *Artifacts) Signed() bool { return a.publisher != nil && a.publisher.recordKey != nil }
 
 // Holding is a build's or a reuse's hold on an artifact, from Hold to its
 // Release: deletes and uploads of the artifact are refused meanwhile.

@@ -35,7 +35,7 @@ func (a *Artifacts) removeData(ctx context.Context, id, rowKey string) error {
 		if err := a.unreported(ctx, id); err != nil {
 			return err
 		}
-		if err := a.objects.remove(ctx, id, rowKey); err != nil {
+		if err := a.publisher.remove(ctx, id, rowKey); err != nil {
 			return err
 		}
 		return a.removeLocalCopy(ctx, id)
@@ -134,7 +134,7 @@ func (a *Artifacts) deleteClaimed(ctx context.Context, log *slog.Logger, id stri
 			}
 		}()
 	}
-	if row.StoreBacked() && (a.objects == nil || a.objects.store.Backend() != row.StorageBackend) {
+	if row.StoreBacked() && (a.publisher == nil || a.publisher.blobs.Backend() != row.StorageBackend) {
 		err = fmt.Errorf("artifact object %s is in a %s blob store, which this replica is not configured with", row.ObjectKey, row.StorageBackend)
 	} else {
 		err = a.removeData(ctx, id, row.ObjectKey)

@@ -132,7 +132,7 @@ func (a *Artifacts) Obtain(ctx context.Context, req Request) (*api.Built, Source
 // aborts another replica's, so publishing without the lock (the database
 // unreachable) is safe too: at worst the same bytes are uploaded twice.
 func (a *Artifacts) publishChecked(ctx context.Context, req Request, lock *masterdb.Lock, rec spool.Artifact, built *api.Built, log *slog.Logger) (*api.Built, Source, error) {
-	if lock == nil || a.objects == nil {
+	if lock == nil || a.publisher == nil {
 		out, err := a.publishTraced(ctx, req, rec, built)
 		return out, SourceBuilt, err
 	}
@@ -167,7 +167,7 @@ func (a *Artifacts) publishChecked(ctx context.Context, req Request, lock *maste
 
 // publishTraced publishes built under its span, telling req first.
 func (a *Artifacts) publishTraced(ctx context.Context, req Request, rec spool.Artifact, built *api.Built) (*api.Built, error) {
-	if a.objects == nil {
+	if a.publisher == nil {
 		return built, nil
 	}
 	if req.Publishing != nil {

@@ -46,7 +46,7 @@ func TestObtainPublishesToBlobStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, index, b := testArtifacts(t, func(o *Options) { o.Objects = objects; o.KeepLocal = true })
+	a, index, b := testArtifacts(t, func(o *Options) { o.BlobStore = objects; o.KeepLocal = true })
 	ctx := context.Background()
 	req := testRequest(b, 2)
 	var publishing atomic.Int32

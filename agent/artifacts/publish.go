@@ -27,7 +27,7 @@ import (
 // its blob fields. A nil *publisher means no blob store: artifacts live on
 // the local store only.
 type publisher struct {
-	store  blobstore.Store
+	blobs  blobstore.Store
 	prefix string
 	// recordKey signs and checks the records stored beside objects; nil
 	// means none are written or adopted (artifact_store.record_secret
@@ -121,7 +121,7 @@ func (p *publisher) ensure(ctx context.Context, built *api.Built, progress func(
 	log := p.logger.With("artifact_id", built.ArtifactID, "object_key", key)
 	out := *built
 	out.StorageBackend, out.ObjectKey, out.ArtifactURL = "", "", ""
-	info, err := p.store.Stat(ctx, key)
+	info, err := p.blobs.Stat(ctx, key)
 	intact := err == nil && info.Size == built.Ext4SizeBytes && info.SHA256 == built.Ext4SHA256
 	// An object this replica uploaded or verified before carries its key
 	// in built (the spool's record); any other one is checked before this
@@ -155,7 +155,7 @@ func (p *publisher) ensure(ctx context.Context, built *api.Built, progress func(
 	}
 	info, err = tracing.Run(ctx, tracing.SpanUpload, func(ctx context.Context) (blobstore.Info, error) {
 		return p.upload(ctx, key, built, progress)
-	}, attribute.String(tracing.AttrStorageBackend, p.store.Backend()))
+	}, attribute.String(tracing.AttrStorageBackend, p.blobs.Backend()))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -189,24 +189,24 @@ func (p *publisher) upload(ctx context.Context, key string, built *api.Built, pr
 	if p.abandonAfter != nil {
 		cutoff = began.Add(-p.abandonAfter())
 	}
-	if err := p.store.AbortIncomplete(ctx, key, cutoff); err != nil {
+	if err := p.blobs.AbortIncomplete(ctx, key, cutoff); err != nil {
 		return blobstore.Info{}, fmt.Errorf("abort earlier upload of %s: %w", key, err)
 	}
 	var err error
-	if p.store.Abilities().LinkFiles {
-		err = p.store.PutFile(ctx, key, built.Ext4Path, built.Ext4SizeBytes, built.Ext4SHA256)
+	if p.blobs.Abilities().LinkFiles {
+		err = p.blobs.PutFile(ctx, key, built.Ext4Path, built.Ext4SizeBytes, built.Ext4SHA256)
 	} else {
 		var f *os.File
 		if f, err = os.Open(built.Ext4Path); err != nil {
 			return blobstore.Info{}, fmt.Errorf("open artifact for upload: %w", err)
 		}
 		defer f.Close()
-		err = p.store.Put(ctx, key, &progressReader{r: f, total: built.Ext4SizeBytes, report: progress}, built.Ext4SizeBytes, built.Ext4SHA256)
+		err = p.blobs.Put(ctx, key, &progressReader{r: f, total: built.Ext4SizeBytes, report: progress}, built.Ext4SizeBytes, built.Ext4SHA256)
 	}
 	if err != nil {
 		return blobstore.Info{}, fmt.Errorf("upload artifact to %s: %w", key, err)
 	}
-	info, err := p.store.Stat(ctx, key)
+	info, err := p.blobs.Stat(ctx, key)
 	if err != nil {
 		return blobstore.Info{}, fmt.Errorf("verify uploaded artifact %s: %w", key, err)
 	}
@@ -216,7 +216,7 @@ func (p *publisher) upload(ctx context.Context, key string, built *api.Built, pr
 	}
 	p.metrics.uploadBytes.Add(float64(built.Ext4SizeBytes))
 	p.metrics.uploadDuration.Observe(time.Since(began).Seconds())
-	p.logger.Info("artifact uploaded", "artifact_id", built.ArtifactID, "object_key", key, "backend", p.store.Backend(),
+	p.logger.Info("artifact uploaded", "artifact_id", built.ArtifactID, "object_key", key, "backend", p.blobs.Backend(),
 		"size", built.Ext4SizeBytes, "took", time.Since(began).Round(time.Millisecond))
 	return info, nil
 }
@@ -224,9 +224,9 @@ func (p *publisher) upload(ctx context.Context, key string, built *api.Built, pr
 // withFields sets the blob fields of a verified object: backend and key,
 // and where the backend presigns (S3) a download URL.
 func (p *publisher) withFields(ctx context.Context, b *api.Built, key string, log *slog.Logger) (*api.Built, error) {
-	b.StorageBackend, b.ObjectKey = p.store.Backend(), key
-	if p.store.Abilities().Presign {
-		url, err := p.store.PresignGet(ctx, key, p.presignTTL)
+	b.StorageBackend, b.ObjectKey = p.blobs.Backend(), key
+	if p.blobs.Abilities().Presign {
+		url, err := p.blobs.PresignGet(ctx, key, p.presignTTL)
 		if err != nil {
 			p.metrics.failures.WithLabelValues(opPresign).Inc()
 			b.StorageBackend, b.ObjectKey = "", ""
@@ -241,7 +241,7 @@ func (p *publisher) withFields(ctx context.Context, b *api.Built, key string, lo
 // (S3) reports the local artifact (when it is still there); otherwise (fs)
 // the job fails.
 func (p *publisher) fallback(b *api.Built, log *slog.Logger, err error) (*api.Built, error) {
-	if !p.store.Abilities().LocalFallback {
+	if !p.blobs.Abilities().LocalFallback {
 		return nil, err
 	}
 	if _, serr := os.Stat(b.Ext4Path); serr != nil {
@@ -270,7 +270,7 @@ func (p *publisher) remove(ctx context.Context, artifactID, otherKey string) err
 	// The object, then the record beside it: a failure between leaves a
 	// record without object, which is never adopted.
 	for _, del := range []string{key, recordObjectKey(key)} {
-		if err := p.store.Delete(ctx, del); err != nil {
+		if err := p.blobs.Delete(ctx, del); err != nil {
 			p.metrics.failures.WithLabelValues(opDelete).Inc()
 			return fmt.Errorf("delete artifact object %s: %w", del, err)
 		}
@@ -303,7 +303,7 @@ func (p *publisher) putRecord(ctx context.Context, built *api.Built, info blobst
 	data, err := sealRecord(p.recordKey, key, info.ETag, rec)
 	if err == nil {
 		sum := sha256.Sum256(data)
-		err = p.store.Put(ctx, recordObjectKey(key), bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
+		err = p.blobs.Put(ctx, recordObjectKey(key), bytes.NewReader(data), int64(len(data)), hex.EncodeToString(sum[:]))
 	}
 	if err != nil {
 		p.metrics.failures.WithLabelValues(opRecord).Inc()
@@ -330,14 +330,14 @@ func (p *publisher) adopt(ctx context.Context, artifactID, fp string, log *slog.
 		return nil, false
 	}
 	key := blobstore.ArtifactKey(p.prefix, artifactID)
-	info, err := p.store.Stat(ctx, key)
+	info, err := p.blobs.Stat(ctx, key)
 	if err != nil {
 		if !errors.Is(err, blobstore.ErrNotFound) {
 			log.Warn("look for the artifact's object", "object_key", key, "err", err)
 		}
 		return nil, false
 	}
-	data, err := p.store.Get(ctx, recordObjectKey(key), maxRecordBytes)
+	data, err := p.blobs.Get(ctx, recordObjectKey(key), maxRecordBytes)
 	if err != nil {
 		log.Warn("artifact object has no readable record; building it", "object_key", key, "err", err)
 		return nil, false
@@ -376,7 +376,7 @@ type localObjects interface {
 // the content; an fs object has no such tag, and its recorded sha256 is a
 // file beside it that anyone who can replace the object can rewrite too.
 func (p *publisher) checkContent(ctx context.Context, key, sha256hex string) (string, error) {
-	local, ok := p.store.(localObjects)
+	local, ok := p.blobs.(localObjects)
 	if !ok {
 		return "", nil
 	}

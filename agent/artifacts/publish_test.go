@@ -38,7 +38,7 @@ func localArtifact(t *testing.T, id string, size int) *api.Built {
 }
 
 func newPublisher(store blobstore.Store, keepLocal bool) *publisher {
-	return &publisher{store: store, prefix: "tc-test", presignTTL: time.Hour, keepLocal: keepLocal,
+	return &publisher{blobs: store, prefix: "tc-test", presignTTL: time.Hour, keepLocal: keepLocal,
 		recordKey: deriveRecordKey(testRecordSecret), logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		metrics: newObjectMetrics()}
 }

@@ -74,10 +74,10 @@ func boundCheck(c *api.TemplateCheck) *api.TemplateCheck {
 // artifact with neither an intact object nor a local image fails with
 // ErrObjectMissing.
 func (a *Artifacts) publish(ctx context.Context, rec spool.Artifact, built *api.Built, progress func(float64)) (*api.Built, error) {
-	if a.objects == nil {
+	if a.publisher == nil {
 		return built, nil
 	}
-	out, err := a.objects.ensure(ctx, built, progress)
+	out, err := a.publisher.ensure(ctx, built, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func (a *Artifacts) recorded(ctx context.Context, fp string, log *slog.Logger) (
 	if err == nil && fi.Mode().IsRegular() && fi.Size() == rec.Size && fi.ModTime().Equal(rec.ModTime) {
 		return rec, &built, true
 	}
-	if errors.Is(err, os.ErrNotExist) && a.objects != nil && built.ObjectKey != "" {
+	if errors.Is(err, os.ErrNotExist) && a.publisher != nil && built.ObjectKey != "" {
 		// The local copy was dropped after a verified upload
 		// (artifact_store.keep_local off): the object alone stands for
 		// the artifact, checked by Publish.
@@ -186,11 +186,11 @@ func (a *Artifacts) fromRow(ctx context.Context, fp string, log *slog.Logger) (*
 		Ext4Path: row.Ext4Path, Ext4SHA256: row.Ext4SHA256, Ext4SizeBytes: row.Ext4SizeBytes,
 		ImageConfigJSON: row.ImageConfigJSON, CABaked: row.CABaked, CAFingerprint: row.CAFingerprint,
 		CATargets: row.CATargets, StorageBackend: row.StorageBackend, ObjectKey: row.ObjectKey, ArtifactURL: row.ArtifactURL}
-	if row.StoreBacked() && a.objects != nil && a.objects.store.Backend() == row.StorageBackend {
-		info, err := a.objects.store.Stat(ctx, row.ObjectKey)
+	if row.StoreBacked() && a.publisher != nil && a.publisher.blobs.Backend() == row.StorageBackend {
+		info, err := a.publisher.blobs.Stat(ctx, row.ObjectKey)
 		switch {
 		case err == nil && info.Size == row.Ext4SizeBytes && (info.SHA256 == "" || info.SHA256 == row.Ext4SHA256):
-			if out, err := a.objects.withFields(ctx, built, row.ObjectKey, log); err == nil && out.ObjectKey != "" {
+			if out, err := a.publisher.withFields(ctx, built, row.ObjectKey, log); err == nil && out.ObjectKey != "" {
 				a.metrics.reuseHits.WithLabelValues(string(SourceRow)).Inc()
 				return out, true
 			}
@@ -215,7 +215,7 @@ func (a *Artifacts) fromRow(ctx context.Context, fp string, log *slog.Logger) (*
 // adoptObject returns the artifact another replica uploaded (with its
 // signed record) before CubeMaster registered it, when there is one.
 func (a *Artifacts) adoptObject(ctx context.Context, artifactID, fp string, log *slog.Logger) (*api.Built, bool) {
-	built, ok := a.objects.adopt(ctx, artifactID, fp, log)
+	built, ok := a.publisher.adopt(ctx, artifactID, fp, log)
 	if ok {
 		a.metrics.reuseHits.WithLabelValues(string(SourceObject)).Inc()
 		log.Info("artifact uploaded by another replica, reusing it", "object_key", built.ObjectKey)

@@ -87,7 +87,7 @@ func serve(ctx context.Context, loadOpts config.Options, stderr io.Writer) error
 		return err
 	}
 	defer shutdownTracing(tp, logger)
-	opts := agent.Options{Config: cfg, Load: reloader(loadOpts, logger), Spool: sp, Builder: builder, Objects: objects,
+	opts := agent.Options{Config: cfg, Load: reloader(loadOpts, logger), Spool: sp, Builder: builder, BlobStore: objects,
 		Logger: logger, Level: level, Notify: agent.SystemdNotifier(logger), Watchdog: watchdog,
 		BuildInfo: agent.BuildInfo{Version: Version, Revision: revision()}, TracerProvider: tp,
 		StopReserve: liveCloseTimeout + traceFlushTimeout}
