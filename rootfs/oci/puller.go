@@ -260,6 +260,13 @@ func New(opts Options) (*Puller, error) {
 		return nil, fmt.Errorf("new puller: %w", err)
 	}
 	policy.list(proxyTargets(pools.any)...)
+	// Keep a connection per stream and per download connected ahead: a
+	// chunk's request then reuses one instead of connecting again.
+	for _, tr := range []*http.Transport{pools.any, pools.public, pools.internal} {
+		if idle := cap(p.slots) + p.jobs; tr.MaxIdleConnsPerHost < idle {
+			tr.MaxIdleConnsPerHost = idle
+		}
+	}
 	stall := opts.StallTimeout
 	if stall == 0 {
 		stall = DefaultStallTimeout
