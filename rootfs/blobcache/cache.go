@@ -576,6 +576,41 @@ func (c *Cache) Fill(ctx context.Context, p *Partial, r io.Reader, progress func
 	}
 }
 
+// FillAt copies n bytes of r into p from offset off on (Partial.WriteAt),
+// stopping when ctx ends; progress, if not nil, gets the size of each
+// write. It returns the bytes written, fewer than n only with an error:
+// io.EOF itself when r ended first without one. It neither commits nor
+// aborts p.
+func (c *Cache) FillAt(ctx context.Context, p *Partial, r io.Reader, off, n int64, progress func(wrote int)) (int64, error) {
+	bp := c.bufs.Get().(*[]byte)
+	defer c.bufs.Put(bp)
+	buf := *bp
+	var done int64
+	for done < n {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
+		k, rerr := r.Read(buf[:min(int64(len(buf)), n-done)])
+		if k > 0 {
+			w, err := p.WriteAt(buf[:k], off+done)
+			done += int64(w)
+			if w > 0 && progress != nil {
+				progress(w)
+			}
+			if err != nil {
+				return done, err
+			}
+		}
+		if rerr == io.EOF && done < n {
+			return done, io.EOF
+		}
+		if rerr != nil && rerr != io.EOF {
+			return done, rerr
+		}
+	}
+	return done, nil
+}
+
 // Release drops one pin on each blob, removes served forms a zstd form
 // replaced, evicts down to the quota and queues the blobs for transcoding.
 func (c *Cache) Release(hexDigests []string) {

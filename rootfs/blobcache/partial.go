@@ -13,22 +13,37 @@ import (
 )
 
 // Partial is a blob being written into the cache: Write appends what a
-// download brings, NewReader follows the bytes written so far while more
-// arrive, Commit checks size and sha256 and enters the blob under its name,
-// Abort drops it. The file only grows: a download that starts over skips
-// what the Partial already holds instead of rewriting it, so a reader never
-// sees a byte change under it, and the digest checked at Commit is the
-// digest of exactly the bytes every reader was given. Its methods are safe
-// for concurrent use; Write and Commit come from one writer.
+// download brings, WriteAt puts bytes at their offset (several downloads of
+// one blob's ranges at once), NewReader follows the contiguous prefix
+// written so far while more arrives, Commit checks size and sha256 and
+// enters the blob under its name, Abort drops it. Each byte is written
+// once: a write overlapping bytes written or being written is refused, so
+// a reader never sees a byte change under it, and the digest checked at
+// Commit is the digest of exactly the bytes every reader was given. Bytes
+// written ahead of the prefix wait in the file (which may have holes until
+// the end) and are hashed, read back from the page cache, when the prefix
+// reaches them. Its methods are safe for concurrent use; Commit comes once
+// every write returned.
 type Partial struct {
 	c    *Cache
 	hex  string
 	size int64
 	f    *os.File
+	// h hashes the prefix; only the one writer advancing it (hashing)
+	// touches it, and Commit once the writes are done.
 	h    hash.Hash
+	hbuf []byte // read-back buffer of the writer advancing the prefix
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// written is the contiguous, hashed prefix: what readers may read.
 	written int64
+	// held lists the bytes written past the prefix; writing the ranges
+	// being written now. Neither may be written again.
+	held     rangeSet
+	writing  []Range
+	received int64
+	// hashing tells that a writer is advancing the prefix over held.
+	hashing bool
 	// moved is closed, and replaced, whenever written grows or the Partial
 	// ends, waking the readers waiting for either.
 	moved     chan struct{}
@@ -36,6 +51,9 @@ type Partial struct {
 	committed bool
 	err       error // why the Partial ended without a commit
 }
+
+// readBackSize is the buffer that hashes bytes written ahead of the prefix.
+const readBackSize = 256 << 10
 
 // ErrAborted marks a read from a Partial that ended without a commit; the
 // download's own error follows it in the chain.
@@ -57,38 +75,155 @@ func (c *Cache) Create(hexDigest string, size int64) (*Partial, error) {
 // Size returns the size the blob must have.
 func (p *Partial) Size() int64 { return p.size }
 
-// Written returns how many bytes the Partial holds: where a resumed
-// download continues.
+// Written returns the length of the contiguous prefix the Partial holds:
+// what readers can read, and where Write appends.
 func (p *Partial) Written() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.written
 }
 
-// Write appends b. Bytes beyond the blob's size are refused with
-// ErrDigestMismatch, before any of them is written.
+// Received returns how many bytes the Partial holds, in the prefix and
+// ahead of it.
+func (p *Partial) Received() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.received
+}
+
+// Missing lists the ranges of the blob neither written nor being written,
+// in order.
+func (p *Partial) Missing() []Range {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	taken := append(rangeSet(nil), p.held...)
+	for _, r := range p.writing {
+		taken.add(r)
+	}
+	return taken.gaps(p.written, p.size)
+}
+
+// Write appends b at the end of the prefix. Bytes beyond the blob's size
+// are refused with ErrDigestMismatch, before any of them is written.
 func (p *Partial) Write(b []byte) (int, error) {
+	return p.WriteAt(b, p.Written())
+}
+
+// WriteAt writes b at offset off. Bytes beyond the blob's size are refused
+// with ErrDigestMismatch, and bytes already written or being written with
+// another error, before any of them is written. A write that completes
+// the prefix up to bytes written ahead of it also hashes those.
+func (p *Partial) WriteAt(b []byte, off int64) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	r := Range{off, off + int64(len(b))}
 	p.mu.Lock()
-	ended, w := p.ended, p.written
-	p.mu.Unlock()
-	if ended {
+	switch {
+	case p.ended:
+		p.mu.Unlock()
 		return 0, errors.New("write blob: already ended")
-	}
-	if w+int64(len(b)) > p.size {
+	case off < 0 || r.End > p.size:
+		p.mu.Unlock()
 		return 0, fmt.Errorf("%w: expected %d bytes, got more", ErrDigestMismatch, p.size)
+	case off < p.written || p.held.overlaps(r) || overlapsAny(p.writing, r):
+		p.mu.Unlock()
+		return 0, fmt.Errorf("write blob: bytes %d-%d were already written", r.Off, r.End-1)
 	}
-	n, err := p.f.Write(b)
-	p.h.Write(b[:n])
+	p.writing = append(p.writing, r)
+	p.mu.Unlock()
+
+	n, werr := p.f.WriteAt(b, off)
+
 	p.mu.Lock()
-	p.written += int64(n)
+	for i, w := range p.writing {
+		if w == r {
+			p.writing = append(p.writing[:i], p.writing[i+1:]...)
+			break
+		}
+	}
 	if n > 0 {
-		p.wakeLocked()
+		p.held.add(Range{off, off + int64(n)})
+		p.received += int64(n)
+	}
+	lead := !p.hashing && !p.ended && len(p.held) > 0 && p.held[0].Off == p.written
+	if lead {
+		p.hashing = true
 	}
 	p.mu.Unlock()
-	if err != nil {
-		return n, fmt.Errorf("write temp blob: %w", err)
+	var herr error
+	if lead {
+		herr = p.advance(b[:n], off)
+	}
+	if werr != nil {
+		return n, fmt.Errorf("write temp blob: %w", werr)
+	}
+	if herr != nil {
+		return n, herr
 	}
 	return n, nil
+}
+
+func overlapsAny(rs []Range, r Range) bool {
+	for _, w := range rs {
+		if w.Off < r.End && r.Off < w.End {
+			return true
+		}
+	}
+	return false
+}
+
+// advance hashes held bytes from the prefix on and moves the prefix over
+// them, waking readers, until the next held range does not start at the
+// prefix. own, written at ownOff, is hashed from memory when the prefix
+// reaches it; other bytes are read back from the file. Only the writer
+// that set hashing runs it.
+func (p *Partial) advance(own []byte, ownOff int64) error {
+	for {
+		p.mu.Lock()
+		if p.ended || len(p.held) == 0 || p.held[0].Off != p.written {
+			p.hashing = false
+			p.mu.Unlock()
+			return nil
+		}
+		r := p.held[0]
+		p.mu.Unlock()
+		if err := p.hashRange(r, own, ownOff); err != nil {
+			p.mu.Lock()
+			p.hashing = false
+			p.mu.Unlock()
+			return err
+		}
+		p.mu.Lock()
+		p.written = r.End
+		p.held.trimFront(r.End)
+		p.wakeLocked()
+		p.mu.Unlock()
+	}
+}
+
+// hashRange adds the bytes of r to the digest: own where r starts with it,
+// the rest read back from the file in readBackSize pieces.
+func (p *Partial) hashRange(r Range, own []byte, ownOff int64) error {
+	pos := r.Off
+	if ownOff == pos && len(own) > 0 {
+		n := min(int64(len(own)), r.Len())
+		p.h.Write(own[:n])
+		pos += n
+	}
+	if pos < r.End && p.hbuf == nil {
+		p.hbuf = make([]byte, readBackSize)
+	}
+	for pos < r.End {
+		b := p.hbuf[:min(int64(len(p.hbuf)), r.End-pos)]
+		n, err := p.f.ReadAt(b, pos)
+		p.h.Write(b[:n])
+		pos += int64(n)
+		if err != nil && pos < r.End {
+			return fmt.Errorf("read back temp blob: %w", err)
+		}
+	}
+	return nil
 }
 
 // wakeLocked wakes every reader waiting on the Partial.
@@ -103,8 +238,13 @@ func (p *Partial) wakeLocked() {
 // that already read its bytes get it instead of the end of the stream.
 func (p *Partial) Commit() error {
 	p.mu.Lock()
-	w := p.written
+	w, busy := p.written, p.hashing || len(p.writing) > 0
 	p.mu.Unlock()
+	if busy {
+		err := errors.New("commit blob: writes still in progress")
+		p.Abort(err)
+		return err
+	}
 	var err error
 	switch got := hex.EncodeToString(p.h.Sum(nil)); {
 	case w != p.size:

@@ -174,7 +174,7 @@ func (s archiveSource) openers(d v1.Hash) []blobOpener {
 	}
 	return []blobOpener{{
 		where: s.name,
-		open: func(_ context.Context, offset, _ int64) (io.ReadCloser, int64, error) {
+		open: func(_ context.Context, offset, _, _ int64, _ bool) (io.ReadCloser, int64, error) {
 			f, err := os.Open(s.file)
 			if err != nil {
 				return nil, 0, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
 	"github.com/cubesandbox/cubetemplatecenter/rootfs/safetext"
@@ -52,7 +53,7 @@ func (p Progress) Done() bool {
 
 // blobStore is what fetching needs of the layer cache: pin a blob, filling
 // it through a download when it is missing or corrupt (Acquire with
-// Create, Fill and Commit), read a pinned blob, and release the pins.
+// Create, FillAt and Commit), read a pinned blob, and release the pins.
 // *blobcache.Cache implements it.
 type blobStore interface {
 	// Acquire pins blob hex of size bytes, calling download (which writes it
@@ -63,8 +64,8 @@ type blobStore interface {
 	// Create starts blob hex of size bytes; readers can follow it while
 	// it is written, and its Commit checks size and digest.
 	Create(hex string, size int64) (*blobcache.Partial, error)
-	// Fill appends what r brings to p.
-	Fill(ctx context.Context, p *blobcache.Partial, r io.Reader, progress func(written int64)) error
+	// FillAt writes n bytes of r into p from offset off on.
+	FillAt(ctx context.Context, p *blobcache.Partial, r io.Reader, off, n int64, progress func(wrote int)) (int64, error)
 	// Open reads pinned blob hex.
 	Open(hex string) (io.ReadCloser, error)
 	// Release drops one pin on each blob.
@@ -224,7 +225,12 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 		l.blobs[j.layer.Digest.Hex] = &blobState{ready: make(chan struct{}), started: make(chan struct{})}
 		j.turn = k
 	}
-	order := newTurns(len(jobs))
+	gate := newStreamGate(p.slots, p.perBlob, max(p.firstStreams, 1), len(jobs))
+	adapted := make(chan struct{})
+	go func() {
+		defer close(adapted)
+		gate.adapt(ctx, tr.net.Load)
+	}()
 	var firstErr error
 	work := make(chan *job)
 	var wg sync.WaitGroup
@@ -235,16 +241,16 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 			for j := range work {
 				hex := j.layer.Digest.Hex
 				if ctx.Err() != nil {
-					order.end(j.turn)
+					gate.end(gate.lanes[j.turn])
 					close(l.blobs[hex].ready)
 					continue
 				}
 				lt := tr.layer(j.layer.Size, j.uses)
 				lctx, endSpan := layerSpan(ctx, j.index, j.layer)
 				d := &downloader{store: l.store, src: img.src, index: j.index, layer: j.layer, tracker: lt,
-					blob: l.blobs[hex], turn: func(ctx context.Context) error { return order.wait(ctx, j.turn) }, secrets: img.secrets}
+					blob: l.blobs[hex], gate: gate, lane: gate.lanes[j.turn], chunks: p.chunks, secrets: img.secrets}
 				fromCache, err := l.store.Acquire(lctx, hex, j.layer.Size, img.src.key(), d.download)
-				order.end(j.turn)
+				gate.end(d.lane)
 				endSpan(fromCache, err)
 				l.mu.Lock()
 				if err != nil {
@@ -300,6 +306,7 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 		failed := l.err != nil
 		l.mu.Unlock()
 		cancel()
+		<-adapted
 		if !failed && progress != nil {
 			progress(tr.snapshot(true))
 		}
@@ -318,37 +325,6 @@ type blobState struct {
 	partial *blobcache.Partial
 }
 
-// turns lets the downloads of one Start read their bodies one blob at a
-// time, in manifest order: the bottom layer, the one a build applies first,
-// gets the whole link instead of a share of it, and each blob is complete
-// as early as it can be. Downloads still connect ahead (up to
-// Options.Jobs), so the next blob's connection, authentication and
-// redirect are ready when its turn comes.
-type turns struct{ ended []chan struct{} }
-
-func newTurns(n int) *turns {
-	t := &turns{ended: make([]chan struct{}, n)}
-	for k := range t.ended {
-		t.ended[k] = make(chan struct{})
-	}
-	return t
-}
-
-// wait returns once every blob before k ended its download, or with ctx.
-func (t *turns) wait(ctx context.Context, k int) error {
-	for j := range k {
-		select {
-		case <-t.ended[j]:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// end records that blob k's download (or its cache lookup) ended.
-func (t *turns) end(k int) { close(t.ended[k]) }
-
 // downloader brings one layer blob into the cache.
 type downloader struct {
 	store   blobStore
@@ -357,21 +333,42 @@ type downloader struct {
 	layer   Layer
 	tracker *layerTracker
 	blob    *blobState
-	// turn waits until this blob may read its body.
-	turn func(context.Context) error
+	// gate grants the streams that read bodies, lane is this blob's
+	// place there, chunks sizes its ranged requests.
+	gate   *streamGate
+	lane   *blobLane
+	chunks chunking
 	// secrets are the source's credentials: with URL query strings
 	// (signed blob URLs), never in an error the download makes.
 	secrets []string
+	// events counts the span events of the layer, streams and chunks
+	// what the span's attributes sum up.
+	events, chunkCount atomic.Int64
+	streams            atomic.Int64
+}
+
+// maxLayerEvents bounds the span events of one layer fetch: a large
+// blob fetched in many chunks, or resumed often, stays a bounded trace.
+const maxLayerEvents = 64
+
+// event adds a span event to the layer's fetch span, up to
+// maxLayerEvents; chunk events are also counted for the span's
+// attributes.
+func (d *downloader) event(ctx context.Context, name string, attrs ...attribute.KeyValue) {
+	if name == EventLayerChunk {
+		d.chunkCount.Add(1)
+	}
+	if d.events.Add(1) <= maxLayerEvents {
+		spanEvent(ctx, name, attrs...)
+	}
 }
 
 // download writes the layer's blob into the cache, trying each place the
-// source offers until one yields all of it: a dropped connection that
-// brought bytes continues from them (maxResumes times), other transient
-// failures are tried again a few times, a stall twice. What was received
-// is kept across attempts and places, so readers following the blob never
-// see it start over. The size and sha256 are checked at the end; a
-// mismatch fails the download, with nothing kept, since readers may have
-// used the bytes already.
+// source offers until one yields all of it (blobRun: one or more streams,
+// each claim with its own retries). What was received is kept across
+// places, so readers following the blob never see it start over. The size
+// and sha256 are checked at the end; a mismatch fails the download, with
+// nothing kept, since readers may have used the bytes already.
 func (d *downloader) download(ctx context.Context) error {
 	p, err := d.store.Create(d.layer.Digest.Hex, d.layer.Size)
 	if err != nil {
@@ -379,7 +376,10 @@ func (d *downloader) download(ctx context.Context) error {
 	}
 	d.blob.partial = p
 	close(d.blob.started)
-	if err := d.fill(ctx, p); err != nil {
+	err = d.fill(ctx, p)
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("oci.layer.connections", d.streams.Load()),
+		attribute.Int64("oci.layer.chunks", d.chunkCount.Load()))
+	if err != nil {
 		// Redacted here, where it is made: readers following the blob,
 		// the fetch span and the build's error all get this one.
 		err = safetext.RedactError(err, d.secrets...)
@@ -389,16 +389,17 @@ func (d *downloader) download(ctx context.Context) error {
 	return nil
 }
 
-// fill downloads into p and commits it.
+// fill downloads into p from the source's places, in order, and commits
+// it. A run that ends with bytes nobody fetched is run again (maxResumes
+// times).
 func (d *downloader) fill(ctx context.Context, p *blobcache.Partial) error {
 	var errs []error
-	resumes := 0
 	for _, o := range d.src.openers(d.layer.Digest) {
 		what := fmt.Sprintf("fetch layer %s from %s", d.layer.Digest, o.where)
-		stalls := 0
-		for attempt := 1; ; {
-			before := p.Written()
-			err := d.from(ctx, p, o)
+		for runs := 1; ; runs++ {
+			r := d.newRun(ctx, p, o)
+			err := r.run()
+			d.streams.Store(max(d.streams.Load(), int64(r.streams)))
 			if err == nil {
 				if err := p.Commit(); err != nil {
 					return fmt.Errorf("%s: %w", what, err)
@@ -411,24 +412,11 @@ func (d *downloader) fill(ctx context.Context, p *blobcache.Partial) error {
 			var se *StallError
 			switch {
 			case errors.Is(err, ErrDigestMismatch):
-				// More bytes than the manifest says: readers may have
-				// used them, so no other place can make this right.
 				return classify(err, what, o.host)
-			case errors.As(err, &se):
-				if stalls++; stalls < 2 && attempt < attemptsPerPlace {
-					attempt++
-					continue // a stalled connection is dropped; a new one may move
-				}
-				errs = append(errs, &kindError{cause: err, msg: fmt.Sprintf("%s: layer %d: %v", what, d.index, se)})
-			case isTransient(err) && p.Written() > before && resumes < maxResumes:
-				resumes++
-				continue // the connection dropped after bringing bytes: continue from them
-			case isTransient(err) && attempt < attemptsPerPlace:
-				if werr := sleepCtx(ctx, time.Duration(attempt)*200*time.Millisecond); werr != nil {
-					return fmt.Errorf("%s: %w", what, werr)
-				}
-				attempt++
+			case errors.Is(err, errRunIncomplete) && runs <= maxResumes:
 				continue
+			case errors.As(err, &se):
+				errs = append(errs, &kindError{cause: err, msg: fmt.Sprintf("%s: layer %d: %v", what, d.index, se)})
 			default:
 				errs = append(errs, classify(err, what, o.host))
 			}
@@ -439,38 +427,6 @@ func (d *downloader) fill(ctx context.Context, p *blobcache.Partial) error {
 		return fmt.Errorf("fetch layer %s: no source", d.layer.Digest)
 	}
 	return errors.Join(errs...)
-}
-
-// from reads the rest of the blob from one place into p, once the blob's
-// turn came: from the bytes p holds on, or, when the place serves only
-// whole blobs, from the start with those bytes skipped.
-func (d *downloader) from(ctx context.Context, p *blobcache.Partial, o blobOpener) error {
-	have := p.Written()
-	if have == d.layer.Size {
-		return nil // all there; Commit checks it
-	}
-	rc, start, err := o.open(ctx, have, d.layer.Size)
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	if have == 0 {
-		if err := d.turn(ctx); err != nil {
-			return err
-		}
-		spanEvent(ctx, EventLayerTurn)
-	} else {
-		spanEvent(ctx, EventLayerResume, attribute.Int64("oci.layer.offset", have), attribute.Int64("oci.layer.skipped", have-start))
-	}
-	if start < have {
-		if _, err := io.CopyN(io.Discard, rc, have-start); err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return fmt.Errorf("skip the %d bytes already received: %w", have-start, err)
-		}
-	}
-	return d.store.Fill(ctx, p, rc, d.tracker.wrote)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -509,31 +465,24 @@ type layerTracker struct {
 	size     int64
 	uses     int
 	credited atomic.Int64 // bytes of this blob already counted in t.done
-	last     atomic.Int64 // position in the current attempt, for t.net
 }
 
 func (t *tracker) layer(size int64, uses int) *layerTracker {
 	return &layerTracker{t: t, size: size, uses: uses}
 }
 
-// wrote records the position reached by the current download attempt. A
-// retry starts again at 0; only progress beyond the best attempt so far is
-// credited, so DownloadedBytes never goes back.
-func (lt *layerTracker) wrote(pos int64) {
-	prev := lt.last.Swap(pos)
-	if pos > prev {
-		lt.t.net.Add(pos - prev)
-	} else {
-		lt.t.net.Add(pos)
-	}
-	pos = min(pos, lt.size)
+// add records n bytes written into the blob. Each byte of a blob is
+// written once, so the credit never goes back and never passes the size.
+func (lt *layerTracker) add(n int) {
+	lt.t.net.Add(int64(n))
 	for {
 		c := lt.credited.Load()
-		if pos <= c {
+		next := min(c+int64(n), lt.size)
+		if next == c {
 			return
 		}
-		if lt.credited.CompareAndSwap(c, pos) {
-			lt.t.done.Add(pos - c)
+		if lt.credited.CompareAndSwap(c, next) {
+			lt.t.done.Add(next - c)
 			return
 		}
 	}

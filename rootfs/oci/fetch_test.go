@@ -158,17 +158,8 @@ func TestConcurrentFetchesShareDownloads(t *testing.T) {
 // itself, which waits there only for another caller's download of the
 // same blob: a leader is blocked further down, in its download.
 func acquiresWaiting() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	waiting := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range goroutines() {
 		// A header line, then a function line and a file line per frame,
 		// innermost first.
 		lines := strings.Split(g, "\n")
@@ -183,6 +174,18 @@ func acquiresWaiting() int {
 		}
 	}
 	return waiting
+}
+
+// goroutines returns the stack of every goroutine.
+func goroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 func TestCacheSurvivesRestart(t *testing.T) {

@@ -256,7 +256,7 @@ func (s layoutSource) key() string { return s.name }
 func (s layoutSource) openers(d v1.Hash) []blobOpener {
 	return []blobOpener{{
 		where: s.name,
-		open: func(_ context.Context, offset, _ int64) (io.ReadCloser, int64, error) {
+		open: func(_ context.Context, offset, _, _ int64, _ bool) (io.ReadCloser, int64, error) {
 			rc, err := layout.Path(s.dir).Blob(d)
 			if err != nil {
 				return nil, 0, err

@@ -317,22 +317,75 @@ func (s *registrySource) key() string { return "registry:" + s.eps[0].repo.Name(
 func (s *registrySource) openers(d v1.Hash) []blobOpener {
 	out := make([]blobOpener, 0, len(s.eps))
 	for _, ep := range s.eps {
+		loc := &blobLocation{registry: blobURL(ep, d)}
 		out = append(out, blobOpener{
-			where: displayRepo(ep.repo),
-			host:  ep.repo.RegistryStr(),
-			open: func(ctx context.Context, offset, size int64) (io.ReadCloser, int64, error) {
-				return s.p.openLayer(ctx, ep, d, offset, size)
+			where:  displayRepo(ep.repo),
+			host:   ep.repo.RegistryStr(),
+			ranged: true,
+			open: func(ctx context.Context, offset, end, size int64, whole bool) (io.ReadCloser, int64, error) {
+				return s.p.openLayer(ctx, ep, loc, offset, end, size, whole)
 			},
 		})
 	}
 	return out
 }
 
+// blobLocation is where one blob's GETs at one endpoint go: its URL at
+// the registry, or, once the registry redirected one (a presigned URL of
+// an object store), the URL the redirect led to. The redirect is followed
+// once per blob; the blob's other requests (chunks, resumes) go straight
+// there. A reused URL answering as an expired signature does (400, 401,
+// 403) is dropped, and that request asks the registry again, once.
+type blobLocation struct {
+	registry string
+	// refresh is held while a request asks the registry again after an
+	// expired URL: the other streams then take the URL it brings.
+	refresh sync.Mutex
+
+	mu  sync.Mutex
+	url string // "" while no redirect was followed
+}
+
+// current returns the URL to ask, and whether it is a redirect's.
+func (l *blobLocation) current() (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.url != "" {
+		return l.url, true
+	}
+	return l.registry, false
+}
+
+// remember keeps the URL a request asked for u was answered from.
+func (l *blobLocation) remember(u, final string) {
+	if final == u || final == l.registry {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.url = final
+}
+
+// forget drops u, a redirect's URL that stopped working.
+func (l *blobLocation) forget(u string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.url == u {
+		l.url = ""
+	}
+}
+
+// expiredStatus tells the answers of an object store to a presigned URL
+// whose signature expired: S3 and Azure answer 403, GCS 400, some 401.
+func expiredStatus(code int) bool {
+	return code == http.StatusBadRequest || code == http.StatusUnauthorized || code == http.StatusForbidden
+}
+
 // openDocumentBlob GETs a blob that is a document (an image config),
 // bound by a whole-request deadline (see guardTransport); the caller
 // verifies what it reads. Layers go through openLayer.
 func (p *registryImages) openDocumentBlob(ctx context.Context, ep *endpoint, d v1.Hash) (io.ReadCloser, error) {
-	resp, err := p.getBlob(ctx, ep, d, false, "")
+	resp, err := p.getBlob(ctx, ep, d)
 	if err != nil {
 		return nil, err
 	}
@@ -343,25 +396,31 @@ func (p *registryImages) openDocumentBlob(ctx context.Context, ep *endpoint, d v
 	return resp.Body, nil
 }
 
-// openLayer GETs layer blob d of size bytes from byte offset on: with a
-// Range request when offset is past 0. Registries serve ranges on blobs
-// (the distribution spec's blob GET); one that answers 200 sends the whole
-// blob, and start 0 says so; one refusing the range (416) is asked for the
-// whole blob. A 206 for another range than asked is refused.
-func (p *registryImages) openLayer(ctx context.Context, ep *endpoint, d v1.Hash, offset, size int64) (io.ReadCloser, int64, error) {
+// openLayer GETs bytes [offset, end) of a layer blob of size bytes at
+// loc: the whole blob, without a Range header, when that is what is
+// asked. Registries serve ranges on blobs (the distribution spec's blob
+// GET). The answer is read here, the one place that decides it: a 206
+// must name exactly the range asked (Content-Range, and Content-Length
+// when given); a 200 is the whole blob (start 0) and a 416 is asked again
+// for the whole blob, both when whole allows, else errNoRanges.
+func (p *registryImages) openLayer(ctx context.Context, ep *endpoint, loc *blobLocation, offset, end, size int64, whole bool) (io.ReadCloser, int64, error) {
 	rng := ""
-	if offset > 0 && offset < size {
-		rng = fmt.Sprintf("bytes=%d-%d", offset, size-1)
+	if offset > 0 || end < size {
+		rng = fmt.Sprintf("bytes=%d-%d", offset, end-1)
 	}
-	resp, err := p.getBlob(ctx, ep, d, true, rng)
+	resp, err := p.getLayer(ctx, ep, loc, rng)
 	if err != nil {
 		return nil, 0, err
+	}
+	if rng != "" && !whole && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable) {
+		resp.Body.Close()
+		return nil, 0, errNoRanges
 	}
 	if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && rng != "" {
 		// A registry refusing the range still serves the blob whole.
 		resp.Body.Close()
 		rng = ""
-		if resp, err = p.getBlob(ctx, ep, d, true, ""); err != nil {
+		if resp, err = p.getLayer(ctx, ep, loc, ""); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -374,31 +433,77 @@ func (p *registryImages) openLayer(ctx context.Context, ep *endpoint, d v1.Hash,
 	}
 	var first, last, total int64
 	cr := resp.Header.Get("Content-Range")
-	if _, err := fmt.Sscanf(cr, "bytes %d-%d/%d", &first, &last, &total); err != nil || first != offset || last != size-1 || total != size {
+	if _, err := fmt.Sscanf(cr, "bytes %d-%d/%d", &first, &last, &total); err != nil || first != offset || last != end-1 || total != size {
 		resp.Body.Close()
 		return nil, 0, fmt.Errorf("asked for bytes %d-%d of %d, the registry answered with Content-Range %s",
-			offset, size-1, size, safetext.Quote(cr, 80))
+			offset, end-1, size, safetext.Quote(cr, 80))
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != end-offset {
+		resp.Body.Close()
+		return nil, 0, fmt.Errorf("asked for bytes %d-%d of %d, the registry announced a body of %d bytes",
+			offset, end-1, size, resp.ContentLength)
 	}
 	return resp.Body, offset, nil
 }
 
-// getBlob sends the GET of blob d, with a Range header when rng is set. A
-// layer is a stream, bound by the minimum transfer rate alone; any other
-// blob is a document.
-func (p *registryImages) getBlob(ctx context.Context, ep *endpoint, d v1.Hash, layer bool, rng string) (*http.Response, error) {
-	rt, err := ep.transport(ctx, p.newBase)
-	if err != nil {
-		return nil, err
+// getLayer sends a layer GET to loc, and remembers where a redirect led.
+// A redirect's URL answering as expired is asked again once: at the URL
+// another request just brought, or at the registry.
+func (p *registryImages) getLayer(ctx context.Context, ep *endpoint, loc *blobLocation, rng string) (*http.Response, error) {
+	u, reused := loc.current()
+	resp, err := p.get(ctx, ep, u, true, rng)
+	if err != nil || !reused || !expiredStatus(resp.StatusCode) {
+		return loc.took(u, resp), err
 	}
+	resp.Body.Close()
+	loc.refresh.Lock()
+	defer loc.refresh.Unlock()
+	if cur, _ := loc.current(); cur != u {
+		u = cur
+	} else {
+		loc.forget(u)
+		u = loc.registry
+	}
+	resp, err = p.get(ctx, ep, u, true, rng)
+	return loc.took(u, resp), err
+}
+
+// took remembers where the answer to a request for u came from, when it
+// brings the blob; it returns resp.
+func (l *blobLocation) took(u string, resp *http.Response) *http.Response {
+	if resp != nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent) {
+		l.remember(u, resp.Request.URL.String())
+	}
+	return resp
+}
+
+// blobURL is the URL of blob d at ep.
+func blobURL(ep *endpoint, d v1.Hash) string {
 	u := url.URL{
 		Scheme: ep.repo.Scheme(),
 		Host:   ep.repo.RegistryStr(),
 		Path:   fmt.Sprintf("/v2/%s/blobs/%s", ep.repo.RepositoryStr(), d),
 	}
-	if layer {
-		ctx = withStream(ctx, u.String())
+	return u.String()
+}
+
+// getBlob sends the GET of blob d, a document (see get).
+func (p *registryImages) getBlob(ctx context.Context, ep *endpoint, d v1.Hash) (*http.Response, error) {
+	return p.get(ctx, ep, blobURL(ep, d), false, "")
+}
+
+// get sends a GET of u through ep's transport, with a Range header when
+// rng is set. A layer is a stream, bound by the minimum transfer rate
+// alone; any other blob is a document.
+func (p *registryImages) get(ctx context.Context, ep *endpoint, u string, layer bool, rng string) (*http.Response, error) {
+	rt, err := ep.transport(ctx, p.newBase)
+	if err != nil {
+		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if layer {
+		ctx = withStream(ctx, u)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -34,9 +34,15 @@ type blobSource interface {
 type blobOpener struct {
 	where string // repository or offline reference, for messages
 	host  string // registry host ("" offline), for authentication messages
-	// open reads the blob of size bytes from byte offset on, where the
+	// ranged tells that ranges of a blob may be read over several
+	// connections at once (a registry); an offline blob is read by one.
+	ranged bool
+	// open reads bytes [offset, end) of the blob of size bytes, where the
 	// place can; start is where the returned body begins: offset, or 0
 	// when the place serves the blob only whole (a registry ignoring
-	// Range), for the caller to skip what it already has.
-	open func(ctx context.Context, offset, size int64) (body io.ReadCloser, start int64, err error)
+	// Range), for the caller to skip what it already has. A body that
+	// starts at offset may run on past end; the caller reads what it
+	// asked for. With whole false, a place serving the blob only whole
+	// answers errNoRanges instead.
+	open func(ctx context.Context, offset, end, size int64, whole bool) (body io.ReadCloser, start int64, err error)
 }

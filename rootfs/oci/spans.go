@@ -40,8 +40,15 @@ const (
 	// bytes the place sent again (a registry ignoring Range).
 	EventLayerResume = "oci.layer.resume"
 	// EventLayerTurn marks the moment the layer's body started to be
-	// read: the layers below it were complete.
+	// read: the gate granted its first stream (the layers below it were
+	// complete, or left streams to spare).
 	EventLayerTurn = "oci.layer.turn"
+	// EventLayerChunk marks a range of the layer written in full by one
+	// stream: oci.layer.offset, oci.layer.length, and
+	// oci.layer.connection, the stream's index (0 is the first). A fetch
+	// span has at most maxLayerEvents events; its attributes
+	// oci.layer.connections and oci.layer.chunks count them all.
+	EventLayerChunk = "oci.layer.chunk"
 )
 
 // spanEvent adds an event to the span of ctx, when it is recording.

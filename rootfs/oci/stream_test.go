@@ -185,8 +185,16 @@ func TestStreamDigestMismatch(t *testing.T) {
 	}))
 	push(t, reg.host+"/app:v1", img)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir})
-	_, ls := startLayers(t, p, reg.host+"/app:v1")
+	wantMismatchFollowed(t, newTestPuller(t, Options{CacheDir: dir}), reg.host+"/app:v1", dir)
+}
+
+// wantMismatchFollowed starts the fetch of ref, whose first layer is served
+// wrong, and checks that a reader following that layer gets the mismatch
+// instead of its end, that Wait returns it, and that the cache in dir
+// keeps nothing.
+func wantMismatchFollowed(t *testing.T, p *Puller, ref, dir string) {
+	t.Helper()
+	_, ls := startLayers(t, p, ref)
 	got, err := readLayer(t, ls, 0)
 	if !errors.Is(err, ErrIncomplete) || !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("reading the layer: %d bytes, error %v; want ErrIncomplete and ErrDigestMismatch", len(got), err)
@@ -201,9 +209,10 @@ func TestStreamDigestMismatch(t *testing.T) {
 	}
 }
 
-// TestDownloadOrder holds the bottom layer's download half way: the layers
-// above it connect (their GETs arrive) but bring no byte until it is
-// complete, so the layer applied first has the link to itself.
+// TestDownloadOrder holds the bottom layer's download half way, with one
+// connection allowed: the layers above it connect (their GETs arrive) but
+// bring no byte until it is complete, so the layer applied first has the
+// link to itself.
 func TestDownloadOrder(t *testing.T) {
 	img := testImage(t, 3, 256<<10)
 	ds := layerDigests(t, img)
@@ -212,7 +221,7 @@ func TestDownloadOrder(t *testing.T) {
 	t.Cleanup(hold.free)
 	push(t, reg.host+"/app:v1", img)
 	dir := t.TempDir()
-	p := newTestPuller(t, Options{CacheDir: dir})
+	p := newTestPuller(t, Options{CacheDir: dir, DownloadConnections: 1})
 	resolved, ls := startLayers(t, p, reg.host+"/app:v1")
 	<-hold.sent
 	deadline := time.Now().Add(liveness)

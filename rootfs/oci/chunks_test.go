@@ -1,0 +1,240 @@
+package oci
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cubesandbox/cubetemplatecenter/rootfs/blobcache"
+)
+
+// FuzzChunkPlan runs claims, give-backs and lookups on a plan and checks
+// it against a map of the blob's bytes: claims are free bytes and only
+// those, nothing is lost or counted twice, free ranges stay sorted and
+// apart, and chunk sizes keep their bounds.
+func FuzzChunkPlan(f *testing.F) {
+	f.Add(uint16(1000), []byte{0, 10, 1, 50, 2, 0, 3, 200, 1, 7})
+	f.Add(uint16(64), []byte{1, 0, 1, 1, 1, 2, 2, 0, 2, 1, 0, 64})
+	f.Add(uint16(5000), []byte{4, 100, 0, 255, 0, 255, 2, 0, 1, 30, 3, 0})
+	f.Fuzz(func(t *testing.T, size16 uint16, ops []byte) {
+		size := int64(size16%4096) + 1
+		const (
+			free = iota
+			claimed
+			held
+		)
+		state := make([]int, size)
+		// Some bytes held already, as after a run that failed.
+		var plan chunkPlan
+		var start []blobcache.Range
+		for pos := int64(0); pos < size; {
+			n := min(int64(len(ops)%7+1)*size/8+1, size-pos)
+			if (pos/n)%3 == 1 {
+				for i := pos; i < pos+n; i++ {
+					state[i] = held
+				}
+			} else if k := len(start) - 1; k >= 0 && start[k].End == pos {
+				start[k].End = pos + n
+			} else {
+				start = append(start, blobcache.Range{Off: pos, End: pos + n})
+			}
+			pos += n
+		}
+		plan.free = start
+		var claims []blobcache.Range
+		c := chunking{minBlob: 1, first: 17, minChunk: 5, maxChunk: 40, chunkTime: time.Second, tail: 3}
+		for len(ops) >= 2 {
+			op, arg := ops[0]%4, int64(ops[1])
+			ops = ops[2:]
+			switch op {
+			case 0, 1:
+				left := plan.left()
+				n := c.size(left, int(arg%5), float64(arg))
+				if left > 0 && (n < 1 || n > left || n > c.maxChunk || n < min(left, c.tail)) {
+					t.Fatalf("size(%d, %d, %d) = %d out of bounds", left, arg%5, arg, n)
+				}
+				var r blobcache.Range
+				var ok bool
+				if op == 0 {
+					r, ok = plan.claimFirst(n)
+				} else {
+					r, ok = plan.claimAt(arg*size/256, n)
+				}
+				if !ok {
+					continue
+				}
+				if r.Len() <= 0 || r.Len() > n {
+					t.Fatalf("claimed %v, asked for %d", r, n)
+				}
+				for i := r.Off; i < r.End; i++ {
+					if state[i] != free {
+						t.Fatalf("claimed %v: byte %d is not free", r, i)
+					}
+					state[i] = claimed
+				}
+				claims = append(claims, r)
+			case 2:
+				if len(claims) == 0 {
+					continue
+				}
+				k := int(arg) % len(claims)
+				r := claims[k]
+				claims = append(claims[:k], claims[k+1:]...)
+				// Part written, the rest given back.
+				mid := r.Off + (r.Len()*(arg%3))/2
+				for i := r.Off; i < mid; i++ {
+					state[i] = held
+				}
+				for i := mid; i < r.End; i++ {
+					state[i] = free
+				}
+				plan.giveBack(blobcache.Range{Off: mid, End: r.End})
+			case 3:
+				pos := arg * size / 256
+				got, ok := plan.nextFree(pos)
+				want := int64(-1)
+				for i := pos; i < size; i++ {
+					if state[i] == free {
+						want = i
+						break
+					}
+				}
+				if ok != (want >= 0) || ok && got != want {
+					t.Fatalf("nextFree(%d) = %d, %v; want %d", pos, got, ok, want)
+				}
+			}
+			var freeBytes int64
+			for i, r := range plan.free {
+				if r.Len() <= 0 || i > 0 && plan.free[i-1].End >= r.Off {
+					t.Fatalf("free ranges %v not sorted, apart and non-empty", plan.free)
+				}
+				for j := r.Off; j < r.End; j++ {
+					if state[j] != free {
+						t.Fatalf("free range %v holds byte %d in state %d", r, j, state[j])
+					}
+				}
+				freeBytes += r.Len()
+			}
+			for _, st := range state {
+				if st == free {
+					freeBytes--
+				}
+			}
+			if freeBytes != 0 {
+				t.Fatalf("free ranges %v miss or add %d bytes", plan.free, freeBytes)
+			}
+		}
+	})
+}
+
+// TestChunkSizes checks the sizes of real settings: the first chunk
+// before a rate is known, one from a measured rate, the end of a blob
+// shared among its streams.
+func TestChunkSizes(t *testing.T) {
+	c := defaultChunking
+	for _, tc := range []struct {
+		free    int64
+		streams int
+		rate    float64
+		want    int64
+	}{
+		{100 << 20, 1, 0, 8 << 20},
+		{100 << 20, 4, 25e6, 12_500_000},
+		{100 << 20, 4, 1e6, 4 << 20},
+		{1 << 30, 4, 1e9, 32 << 20},
+		{20 << 20, 4, 25e6, 5 << 20},
+		{2 << 20, 4, 25e6, 1 << 20},
+		{100, 4, 25e6, 100},
+	} {
+		if got := c.size(tc.free, tc.streams, tc.rate); got != tc.want {
+			t.Errorf("size(%d, %d, %g) = %d, want %d", tc.free, tc.streams, tc.rate, got, tc.want)
+		}
+	}
+	if c.helps(4<<20, 4<<20) || !c.helps(64<<20, 16<<20) || c.helps(64<<20, 1<<20) {
+		t.Error("helps: small blobs or tails get extra streams, or large ones none")
+	}
+}
+
+// simLink models n streams on a link: each brings at most perStream
+// bytes per second, all together at most link; a stream added starts
+// bringing bytes ttfb after it is granted; work streams at most have
+// something to fetch.
+type simLink struct {
+	perStream, link float64
+	ttfb            time.Duration
+	work            int
+}
+
+// run feeds the probe 10 ms samples for d and returns the targets it
+// set and when, from the start.
+func (m simLink) run(r *rateProbe, d time.Duration) ([]int, []time.Duration) {
+	start := time.Unix(1000, 0)
+	var bytes float64
+	var granted []time.Time // when each granted stream was granted
+	targets, at := []int{r.target}, []time.Duration{0}
+	for now := start; now.Sub(start) < d; now = now.Add(probeTick) {
+		for len(granted) < min(r.target, m.work) {
+			granted = append(granted, now)
+		}
+		flowing := 0
+		for _, g := range granted {
+			if now.Sub(g) >= m.ttfb {
+				flowing++
+			}
+		}
+		bytes += min(float64(flowing)*m.perStream, m.link) * probeTick.Seconds()
+		target := r.observe(probeSample{now: now, bytes: int64(bytes), flowing: flowing, granted: len(granted),
+			demand: m.work > len(granted), ttfb: m.ttfb})
+		if target != targets[len(targets)-1] {
+			targets, at = append(targets, target), append(at, now.Sub(start))
+		}
+	}
+	return targets, at
+}
+
+// TestRateProbe: streams capped per connection double up to the limit;
+// on a link one stream fills, the first doubling is taken back; with no
+// stream waiting the target stays; on a link three streams fill, the
+// doubling to eight is taken back.
+func TestRateProbe(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		link  simLink
+		limit int
+		want  []int
+	}{
+		{"PerConnectionCap", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 4, 8}},
+		{"LinkFull", simLink{perStream: 125e6, link: 125e6, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 1}},
+		{"ThreeFill", simLink{perStream: 25e6, link: 75e6, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 4, 8, 4}},
+		{"NoDemand", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 1}, 8, []int{1}},
+		{"SlowStart", simLink{perStream: 25e6, link: 1e12, ttfb: 200 * time.Millisecond, work: 100}, 4, []int{1, 2, 4}},
+		{"One", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 100}, 1, []int{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRateProbe(tc.limit, 1, time.Unix(1000, 0))
+			got, _ := tc.link.run(r, 5*time.Second)
+			if len(got) != len(tc.want) {
+				t.Fatalf("targets %v, want %v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("targets %v, want %v", got, tc.want)
+				}
+			}
+			if tc.name != "NoDemand" && !r.done() {
+				t.Errorf("probe not done after 5 s (phase %d)", r.phase)
+			}
+		})
+	}
+}
+
+// TestRateProbeQuick bounds the time the doubling takes on a capped link
+// with 20 ms to a new stream's first byte: the eight streams run within
+// half a second.
+func TestRateProbeQuick(t *testing.T) {
+	m := simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 100}
+	targets, at := m.run(newRateProbe(8, 1, time.Unix(1000, 0)), 2*time.Second)
+	t.Logf("targets %v at %v", targets, at)
+	if last := len(targets) - 1; targets[last] != 8 || at[last] > 500*time.Millisecond {
+		t.Errorf("targets %v at %v, want 8 within 500ms", targets, at)
+	}
+}
