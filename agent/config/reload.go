@@ -44,10 +44,11 @@ func (c *Config) RestartOnly(next *Config) []string {
 	b, n := c.Build, next.Build
 	if b.CAPath != n.CAPath || b.Platform != n.Platform || b.LayerCacheQuota != n.LayerCacheQuota ||
 		b.LayerCacheZstd != n.LayerCacheZstd || b.DirectIO != n.DirectIO || b.DownloadJobs != n.DownloadJobs ||
+		b.DownloadConnections != n.DownloadConnections || b.LayerConnections != n.LayerConnections ||
 		b.HeadroomPercent != n.HeadroomPercent || b.HeadroomInodes != n.HeadroomInodes ||
 		b.MaxEntries != n.MaxEntries || b.MaxTreeMemory != n.MaxTreeMemory || b.MaxImageSize != n.MaxImageSize ||
 		b.StallTimeout != n.StallTimeout || b.MinTransferRate != n.MinTransferRate {
-		keys = append(keys, "build (ca_path, platform, layer_cache_*, direct_io, download_jobs, headroom_*, max_entries, max_tree_memory, max_image_size, stall_timeout, min_transfer_rate)")
+		keys = append(keys, "build (ca_path, platform, layer_cache_*, direct_io, download_*, layer_connections, headroom_*, max_entries, max_tree_memory, max_image_size, stall_timeout, min_transfer_rate)")
 	}
 	if !reflect.DeepEqual(c.Registry, next.Registry) {
 		keys = append(keys, "registry")

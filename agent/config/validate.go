@@ -92,6 +92,10 @@ func (c *Config) validateDurations(p *problems) {
 	}
 }
 
+// maxDownloadConnections is the limit of build.download_connections and
+// build.layer_connections: beyond it a node competes with itself.
+const maxDownloadConnections = 64
+
 // validateRanges checks the counts that have both a floor and a ceiling.
 func (c *Config) validateRanges(p *problems) {
 	ranges := []struct {
@@ -104,6 +108,8 @@ func (c *Config) validateRanges(p *problems) {
 		{"build.queue_size", c.Build.QueueSize, 1, 100000},
 		{"build.max_attempts", c.Build.MaxAttempts, 1, 100},
 		{"build.download_jobs", c.Build.DownloadJobs, 1, maxDownloadJobs},
+		{"build.download_connections", c.Build.DownloadConnections, 1, maxDownloadConnections},
+		{"build.layer_connections", c.Build.LayerConnections, 1, maxDownloadConnections},
 		{"build.headroom_percent", c.Build.HeadroomPercent, 0, 100},
 		{"build.headroom_inodes", c.Build.HeadroomInodes, 0, 1 << 24},
 	}

@@ -118,3 +118,26 @@ func TestValidateReportsInOrder(t *testing.T) {
 		t.Errorf("Validate() named\n%q\nwant\n%q\nerror:\n%v", got, want, err)
 	}
 }
+
+// TestDownloadConnectionsBounded: the node's and a layer's connections
+// are counts from 1 to maxDownloadConnections.
+func TestDownloadConnectionsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		node, layer int
+		bad         string
+	}{
+		{8, 4, ""}, {1, 1, ""}, {64, 64, ""}, {2, 4, ""},
+		{0, 4, "build.download_connections"}, {65, 4, "build.download_connections"},
+		{8, 0, "build.layer_connections"}, {8, -1, "build.layer_connections"},
+	} {
+		c := Default()
+		c.Build.DownloadConnections, c.Build.LayerConnections = tc.node, tc.layer
+		err := c.Validate()
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%d/%d: %v", tc.node, tc.layer, err)
+		case tc.bad != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.bad+": ")):
+			t.Errorf("%d/%d: Validate() = %v; want a problem with %s", tc.node, tc.layer, err, tc.bad)
+		}
+	}
+}
