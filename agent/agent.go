@@ -97,14 +97,14 @@ type Database interface {
 var _ Database = (*masterdb.DB)(nil)
 
 // LiveProgress publishes jobs' pull progress where CubeMaster overlays it
-// on job polls. It must never block: *liveprogress.Publisher is one.
+// on job polls. It must never block: *liveprogress.Writer is one.
 type LiveProgress interface {
 	jobs.LiveProgress
 	// Ping checks the destination answers, for the readiness checks.
 	Ping(ctx context.Context) error
 }
 
-var _ LiveProgress = (*liveprogress.Publisher)(nil)
+var _ LiveProgress = (*liveprogress.Writer)(nil)
 
 // ConfigLoader reads the configuration from where main found it.
 type ConfigLoader func() (*config.Config, error)

@@ -10,8 +10,8 @@ import (
 )
 
 // Redis locates CubeMaster's Redis (redis:, upstream's key names), where TC
-// publishes the live pull progress of running jobs. With no nodes nothing is
-// published, as without the section.
+// writes the live pull progress of running jobs. With no nodes nothing is
+// written, as without the section.
 type Redis struct {
 	// Nodes are host:port addresses: one is a single server, several a
 	// cluster. Empty turns Redis off.

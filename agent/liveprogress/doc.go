@@ -1,4 +1,4 @@
-// Package liveprogress publishes the live pull progress of running build
+// Package liveprogress writes the live pull progress of running build
 // jobs to CubeMaster's Redis, where CubeMaster overlays it on job polls
 // while a job is RUNNING.
 //
@@ -35,7 +35,7 @@
 //     deletion that cannot be made is abandoned after KeyTTL, when the
 //     key has expired anyway.
 //
-// A nil *Publisher is valid and publishes nothing, for an agent without a
+// A nil *Writer is valid and writes nothing, for an agent without a
 // Redis. The package takes plain Options and imports no other package of
 // the project.
 package liveprogress

@@ -22,7 +22,7 @@ func TestTLS(t *testing.T) {
 	srv := dbserver.StartRedis(t, dbserver.WithTLS(ca.CertFile, cert, key))
 
 	t.Run("Verified", func(t *testing.T) {
-		p := newPublisher(t, srv, Options{TLS: ca.ClientConfig(), MinInterval: time.Millisecond})
+		p := newWriter(t, srv, Options{TLS: ca.ClientConfig(), MinInterval: time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
 		defer cancel()
 		if err := p.Ping(ctx); err != nil {

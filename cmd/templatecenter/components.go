@@ -74,10 +74,10 @@ func openDatabase(ctx context.Context, cfg *config.Config) (*masterdb.DB, error)
 		MaxConnLifetime: second(d.MaxConnLifeTimeSeconds), SSLMode: d.SSLMode})
 }
 
-// openLiveProgress opens the publisher of live pull progress to
+// openLiveProgress opens the writer of live pull progress to
 // CubeMaster's Redis as redis: names it, or returns nil when none is
 // configured. It does not connect: Redis being down never stops TC.
-func openLiveProgress(cfg *config.Config, logger *slog.Logger) (*liveprogress.Publisher, error) {
+func openLiveProgress(cfg *config.Config, logger *slog.Logger) (*liveprogress.Writer, error) {
 	r := cfg.Redis
 	if !r.Enabled() {
 		return nil, nil

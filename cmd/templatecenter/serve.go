@@ -200,7 +200,7 @@ func announceDatabase(ctx context.Context, db *masterdb.DB, d config.InstanceDB,
 
 // closeLiveProgress sends the last live progress at exit, within
 // liveCloseTimeout.
-func closeLiveProgress(live *liveprogress.Publisher, logger *slog.Logger) {
+func closeLiveProgress(live *liveprogress.Writer, logger *slog.Logger) {
 	closeCtx, cancel := context.WithTimeout(context.Background(), liveCloseTimeout)
 	defer cancel()
 	if err := live.Close(closeCtx); err != nil {

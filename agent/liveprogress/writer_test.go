@@ -39,9 +39,9 @@ func TestMain(m *testing.M) {
 // waitDeadline bounds every wait for the publisher's background work.
 const waitDeadline = 30 * time.Second
 
-// newPublisher opens a publisher of srv with opts' rate settings and
+// newWriter opens a writer to srv with opts' rate settings and
 // closes it at cleanup.
-func newPublisher(tb testing.TB, srv *dbserver.Redis, opts Options) *Publisher {
+func newWriter(tb testing.TB, srv *dbserver.Redis, opts Options) *Writer {
 	tb.Helper()
 	opts.Nodes = []string{srv.Addr}
 	if opts.Password == "" {
@@ -122,7 +122,7 @@ func pullOf(n int64) api.Pull {
 func TestWriteFieldsAndTTL(t *testing.T) {
 	srv := servers.Redis(t)
 	c := client(t, srv)
-	p := newPublisher(t, srv, Options{MinInterval: 10 * time.Millisecond})
+	p := newWriter(t, srv, Options{MinInterval: 10 * time.Millisecond})
 	job := jobID("job-fields")
 
 	for i := range int64(4) {
@@ -233,7 +233,7 @@ func TestRateLimitAndFinish(t *testing.T) {
 	mon := startMonitor(t, srv)
 	// With an interval of an hour, every value after a job's first waits
 	// for Finish, whatever the machine's speed.
-	p := newPublisher(t, srv, Options{MinInterval: time.Hour})
+	p := newWriter(t, srv, Options{MinInterval: time.Hour})
 	jobs := []string{jobID("job-rate-a"), jobID("job-rate-b"), jobID("job-rate-c")}
 	for _, job := range jobs {
 		p.Update(job, pullOf(1))
@@ -298,7 +298,7 @@ func TestRateLimitAndFinish(t *testing.T) {
 func TestMaxJobs(t *testing.T) {
 	srv := servers.Redis(t)
 	c := client(t, srv)
-	p := newPublisher(t, srv, Options{MinInterval: time.Hour, MaxJobs: 2})
+	p := newWriter(t, srv, Options{MinInterval: time.Hour, MaxJobs: 2})
 	job1, job2, job3 := jobID("job-max-1"), jobID("job-max-2"), jobID("job-max-3")
 	p.Update(job1, pullOf(1))
 	p.Update(job2, pullOf(1))
@@ -326,7 +326,7 @@ func TestFinishDeletesKeyOfEarlierProcess(t *testing.T) {
 	if err := c.HSet(context.Background(), Key(job), "job_id", job, "pull_downloaded_bytes", "5").Err(); err != nil {
 		t.Fatal(err)
 	}
-	p := newPublisher(t, srv, Options{})
+	p := newWriter(t, srv, Options{})
 	p.Finish(job)
 	wait.For(t, "the deletion", func() bool { return !exists(t, c, job) })
 }
@@ -334,7 +334,7 @@ func TestFinishDeletesKeyOfEarlierProcess(t *testing.T) {
 func TestUpdateAfterFinishStartsAnew(t *testing.T) {
 	srv := servers.Redis(t)
 	c := client(t, srv)
-	p := newPublisher(t, srv, Options{MinInterval: 10 * time.Millisecond})
+	p := newWriter(t, srv, Options{MinInterval: 10 * time.Millisecond})
 	job := jobID("job-again")
 	p.Update(job, pullOf(1))
 	p.Finish(job)
@@ -381,7 +381,7 @@ func TestCloseSendsPendingDeletion(t *testing.T) {
 func TestRedisDownAndBack(t *testing.T) {
 	srv := dbserver.StartRedis(t) // stopped and started: not the shared one
 	c := client(t, srv)
-	p := newPublisher(t, srv, Options{MinInterval: 10 * time.Millisecond, Timeout: 500 * time.Millisecond})
+	p := newWriter(t, srv, Options{MinInterval: 10 * time.Millisecond, Timeout: 500 * time.Millisecond})
 	ctx := context.Background()
 	if err := p.Ping(ctx); err != nil {
 		t.Fatalf("Ping = %v", err)
@@ -422,7 +422,7 @@ func TestRedisDownAndBack(t *testing.T) {
 func TestWrongPassword(t *testing.T) {
 	srv := servers.Redis(t)
 	c := client(t, srv)
-	p := newPublisher(t, srv, Options{Password: "not-the-password", MinInterval: 10 * time.Millisecond})
+	p := newWriter(t, srv, Options{Password: "not-the-password", MinInterval: 10 * time.Millisecond})
 	err := p.Ping(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Errorf("Ping with a wrong password = %v, want WRONGPASS", err)
@@ -512,8 +512,8 @@ func TestNeverBlocks(t *testing.T) {
 	}
 }
 
-func TestNilPublisher(t *testing.T) {
-	var p *Publisher
+func TestNilWriter(t *testing.T) {
+	var p *Writer
 	p.Update("j", api.Pull{})
 	p.Finish("j")
 	if err := p.Ping(context.Background()); err != nil {
@@ -627,7 +627,7 @@ func TestMinIntervalAsRedisSeesIt(t *testing.T) {
 		return streaming
 	})
 
-	p := newPublisher(t, srv, Options{})
+	p := newWriter(t, srv, Options{})
 	var stamps []int64
 	stop := time.Now().Add(3 * time.Second)
 	for n := int64(1); time.Now().Before(stop); n++ {

@@ -46,7 +46,7 @@ const (
 // Key returns the progress key of a job.
 func Key(jobID string) string { return KeyPrefix + jobID }
 
-// Options locate CubeMaster's Redis and shape the publishing.
+// Options locate CubeMaster's Redis and shape the writes.
 type Options struct {
 	// Nodes are host:port addresses: one is a single server, several a
 	// cluster.
@@ -85,9 +85,9 @@ func (o Options) LogValue() slog.Value { return slog.StringValue(o.String()) }
 var writeScript = redis.NewScript(`redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 return redis.call('EXPIRE', KEYS[1], ARGV[1])`)
 
-// Publisher sends the live pull progress of jobs to Redis in the
+// Writer sends the live pull progress of jobs to Redis in the
 // background. Its methods are safe for concurrent use.
-type Publisher struct {
+type Writer struct {
 	client redis.UniversalClient
 	logger *slog.Logger
 	opts   Options
@@ -113,7 +113,7 @@ type Publisher struct {
 	pending                   prometheus.GaugeFunc
 }
 
-// entry is what the publisher holds for one job.
+// entry is what the writer holds for one job.
 type entry struct {
 	// latest is the newest value; dirty says it is not written yet.
 	latest api.Pull
@@ -151,10 +151,10 @@ func (o *op) cmdErr(c redis.Cmder) error {
 	return cmp.Or(o.err, c.Err())
 }
 
-// New returns a publisher of the given Redis and starts its goroutine. It
+// New returns a writer to the given Redis and starts its goroutine. It
 // does not connect: a Redis that is down at start is retried in the
 // background (see Ping). Errors are for options that cannot work.
-func New(opts Options, logger *slog.Logger) (*Publisher, error) {
+func New(opts Options, logger *slog.Logger) (*Writer, error) {
 	if len(opts.Nodes) == 0 {
 		return nil, errors.New("liveprogress: no redis nodes")
 	}
@@ -195,7 +195,7 @@ func New(opts Options, logger *slog.Logger) (*Publisher, error) {
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Publisher{
+	p := &Writer{
 		client: client,
 		logger: logger,
 		opts:   opts,
@@ -236,8 +236,8 @@ func New(opts Options, logger *slog.Logger) (*Publisher, error) {
 	return p, nil
 }
 
-// Collectors returns the publisher's metrics, for the caller's registry.
-func (p *Publisher) Collectors() []prometheus.Collector {
+// Collectors returns the writer's metrics, for the caller's registry.
+func (p *Writer) Collectors() []prometheus.Collector {
 	if p == nil {
 		return nil
 	}
@@ -247,7 +247,7 @@ func (p *Publisher) Collectors() []prometheus.Collector {
 // Update records a job's latest pull progress, to be written within
 // MinInterval. It never blocks on Redis and never fails: when Redis cannot
 // be reached the value waits, replaced by any later one.
-func (p *Publisher) Update(jobID string, pull api.Pull) {
+func (p *Writer) Update(jobID string, pull api.Pull) {
 	if p == nil || jobID == "" {
 		return
 	}
@@ -265,7 +265,7 @@ func (p *Publisher) Update(jobID string, pull api.Pull) {
 // Finish ends a job's live progress: its last value is written at once,
 // then its key is deleted. It never blocks on Redis; a deletion that fails
 // is retried until it succeeds or the key has expired.
-func (p *Publisher) Finish(jobID string) {
+func (p *Writer) Finish(jobID string) {
 	if p == nil || jobID == "" {
 		return
 	}
@@ -288,8 +288,8 @@ func (p *Publisher) Finish(jobID string) {
 }
 
 // entryLocked returns the job's entry, creating it when there is room; nil
-// when the publisher is closed or full. p.mu must be held.
-func (p *Publisher) entryLocked(jobID string) *entry {
+// when the writer is closed or full. p.mu must be held.
+func (p *Writer) entryLocked(jobID string) *entry {
 	if p.closed {
 		return nil
 	}
@@ -305,7 +305,7 @@ func (p *Publisher) entryLocked(jobID string) *entry {
 	return e
 }
 
-func (p *Publisher) signal() {
+func (p *Writer) signal() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -313,8 +313,8 @@ func (p *Publisher) signal() {
 }
 
 // Ping checks that Redis answers, within ctx and Options.Timeout. A nil
-// publisher has nothing to reach and answers nil.
-func (p *Publisher) Ping(ctx context.Context) error {
+// writer has nothing to reach and answers nil.
+func (p *Writer) Ping(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
@@ -326,11 +326,11 @@ func (p *Publisher) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the publisher: later Updates and Finishes are ignored,
+// Close stops the writer: later Updates and Finishes are ignored,
 // pending deletions get one last attempt, and the goroutine is waited for
 // until ctx ends, when the attempt is abandoned. It returns ctx's error
 // when it had to abandon it, else the client's Close error.
-func (p *Publisher) Close(ctx context.Context) error {
+func (p *Writer) Close(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
@@ -360,7 +360,7 @@ func (p *Publisher) Close(ctx context.Context) error {
 
 // run is the worker: it sends what is due, then sleeps until the next
 // value is due or a new one arrives.
-func (p *Publisher) run(ctx context.Context) {
+func (p *Writer) run(ctx context.Context) {
 	defer close(p.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -392,7 +392,7 @@ func (p *Publisher) run(ctx context.Context) {
 // due takes the work that is due at now out of the entries and returns
 // it, with the time more becomes due (zero for never). closing takes only
 // the pending deletions, ignoring the backoff.
-func (p *Publisher) due(now time.Time, closing bool) ([]*op, time.Time) {
+func (p *Writer) due(now time.Time, closing bool) ([]*op, time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var ops []*op
@@ -437,7 +437,7 @@ func (p *Publisher) due(now time.Time, closing bool) ([]*op, time.Time) {
 }
 
 // send makes one round trip with every op, then accounts for each.
-func (p *Publisher) send(ctx context.Context, ops []*op) {
+func (p *Writer) send(ctx context.Context, ops []*op) {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
 	pipe := p.client.Pipeline()
@@ -474,7 +474,7 @@ func (p *Publisher) send(ctx context.Context, ops []*op) {
 
 // settle counts the outcome of each op and puts back what failed, unless
 // something newer has replaced it meanwhile.
-func (p *Publisher) settle(ops []*op) {
+func (p *Writer) settle(ops []*op) {
 	var firstErr error
 	failed := 0
 	p.mu.Lock()
@@ -522,7 +522,7 @@ func (p *Publisher) settle(ops []*op) {
 
 // account sets the backoff after a round trip and logs failures at most
 // once per logEvery, and the recovery after a logged failure.
-func (p *Publisher) account(failed int, err error) {
+func (p *Writer) account(failed int, err error) {
 	now := time.Now()
 	if failed == 0 {
 		if p.failing {
