@@ -240,6 +240,56 @@ func (a *Agent) Abort() { a.abortOnce.Do(func() { close(a.abort) }) }
 // shutdown.timeout, and returns.
 func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	cfg := a.config()
+	a.logStart(cfg, ln)
+	if err := a.recover(ctx); err != nil {
+		return err
+	}
+	buildCtx, cancelBuilds := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBuilds()
+	reportCtx, cancelReports := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReports()
+	a.loops.Start(watchedLoops, time.Now())
+	r := &running{cancelBuilds: cancelBuilds, cancelReports: cancelReports, serveErr: make(chan error, 1)}
+	r.background.Add(2)
+	go func() { defer r.background.Done(); a.reporter.Run(reportCtx) }()
+	go func() { defer r.background.Done(); a.exec.Dispatch(buildCtx) }()
+
+	r.srv = &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: cfg.Common.ReadHeaderTimeout,
+		ReadTimeout:       cfg.Common.ReadTimeout,
+		WriteTimeout:      cfg.Common.WriteTimeout,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
+	}
+	// The first answer of /health already rests on a round of checks.
+	a.health.Round(ctx)
+	go func() { r.serveErr <- r.srv.Serve(ln) }()
+
+	stopLoops := a.startLoops(ctx)
+	defer stopLoops()
+	a.ready.Store(true)
+	a.notify("READY=1")
+	a.logger.Info("ready")
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-r.serveErr:
+		runErr = fmt.Errorf("serve HTTP: %w", err)
+	}
+	a.stopping.Store(true)
+	// Joined before STOPPING=1, so no WATCHDOG or STATUS line follows it.
+	stopLoops()
+	a.notify("STOPPING=1")
+	a.drain(cfg, r, runErr != nil)
+	a.logger.Info("stopped")
+	return runErr
+}
+
+// logStart logs what the agent starts with and warns of settings that
+// leave it open or make replicas build twice.
+func (a *Agent) logStart(cfg *config.Config, ln net.Listener) {
 	a.logger.Info("starting", "listen", ln.Addr().String(), "store", cfg.Store.Dir, "spool", a.spool.Path(),
 		"master", safetext.URL(cfg.Master.Addr), "max_concurrent_builds", cfg.Build.MaxConcurrentBuilds, "queue_size", cfg.Build.QueueSize)
 	if cfg.Master.Token == "" && cfg.Master.InsecureNoToken {
@@ -251,49 +301,23 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 		a.logger.Warn("artifact_store.record_secret is not set: replicas do not adopt each other's uploads before CubeMaster " +
 			"registers them, and may build the same artifact twice; set the same secret on every replica")
 	}
-	if err := a.recover(ctx); err != nil {
-		return err
-	}
+}
 
-	buildCtx, cancelBuilds := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBuilds()
-	reportCtx, cancelReports := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelReports()
-	a.loops.Start(watchedLoops, time.Now())
-	var bg sync.WaitGroup
-	bg.Add(2)
-	go func() { defer bg.Done(); a.reporter.Run(reportCtx) }()
-	go func() { defer bg.Done(); a.exec.Dispatch(buildCtx) }()
+// running is what Run started and a stop ends: the HTTP server, the build
+// dispatcher and the reporter.
+type running struct {
+	srv           *http.Server
+	serveErr      chan error
+	cancelBuilds  context.CancelFunc
+	cancelReports context.CancelFunc
+	background    sync.WaitGroup
+}
 
-	srv := &http.Server{
-		Handler:           a.Handler(),
-		ReadHeaderTimeout: cfg.Common.ReadHeaderTimeout,
-		ReadTimeout:       cfg.Common.ReadTimeout,
-		WriteTimeout:      cfg.Common.WriteTimeout,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn),
-	}
-	// The first answer of /health already rests on a round of checks.
-	a.health.Round(ctx)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-
-	stopLoops := a.startLoops(ctx)
-	defer stopLoops()
-	a.ready.Store(true)
-	a.notify("READY=1")
-	a.logger.Info("ready")
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		runErr = fmt.Errorf("serve HTTP: %w", err)
-	}
-	a.stopping.Store(true)
-	// Joined before STOPPING=1, so no WATCHDOG or STATUS line follows it.
-	stopLoops()
-	a.notify("STOPPING=1")
+// drain stops what r runs within the shutdown budget, in order: requests in
+// flight are answered, builds stop (to resume at the next start), due
+// reports are delivered. A second stop signal (Abort) cuts it short.
+// serveFailed says the server already returned.
+func (a *Agent) drain(cfg *config.Config, r *running, serveFailed bool) {
 	drain := drainBudget(cfg.Shutdown.Timeout, a.stopReserve)
 	a.logger.Info("stopping", "drain", drain)
 
@@ -312,27 +336,25 @@ func (a *Agent) Run(ctx context.Context, ln net.Listener) error {
 	// Answer requests already in flight; new ones are refused by the
 	// closed listener (and by the stopping flag until then).
 	httpCtx, cancelHTTP := context.WithTimeout(stopCtx, drain/4)
-	if err := srv.Shutdown(httpCtx); err != nil {
+	if err := r.srv.Shutdown(httpCtx); err != nil {
 		a.logger.Warn("HTTP shutdown", "err", err)
 	}
 	cancelHTTP()
-	if runErr == nil {
-		<-serveErr // http.ErrServerClosed, at once after Shutdown began
+	if !serveFailed {
+		<-r.serveErr // http.ErrServerClosed, at once after Shutdown began
 	}
-	cancelBuilds()
+	r.cancelBuilds()
 	if err := a.exec.Wait(stopCtx); err != nil {
 		a.logger.Error("builds did not stop in time; they resume at next start", "err", err)
 	}
-	cancelReports()
-	bg.Wait()
+	r.cancelReports()
+	r.background.Wait()
 	if err := a.reporter.DeliverDue(stopCtx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		a.logger.Warn("final report delivery", "err", err)
 	}
 	if n, err := a.spool.OutboxDepth(context.Background()); err == nil && n > 0 {
 		a.logger.Info("undelivered reports kept for the next start", "count", n)
 	}
-	a.logger.Info("stopped")
-	return runErr
 }
 
 // drainBudget is the part of a stop bounded by timeout that Run may take:
