@@ -139,6 +139,12 @@ func (r *rateProbe) observe(s probeSample) int {
 	return r.target
 }
 
+// resume measures afresh from s, after ticks the rule did not see.
+func (r *rateProbe) resume(s probeSample) {
+	r.last = s
+	r.window(s)
+}
+
 // window starts a measuring window at s.
 func (r *rateProbe) window(s probeSample) {
 	r.mark, r.bytes0, r.busy = s.now, s.bytes, 0
@@ -156,12 +162,22 @@ func (g *streamGate) adapt(ctx context.Context, received func() int64) {
 	}
 	t := time.NewTicker(probeTick)
 	defer t.Stop()
+	measuring := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			if !g.starved.Load() {
+				continue
+			}
 			s := g.sample(now, received())
+			if !measuring {
+				// The first window starts when the build first waited.
+				measuring = true
+				r.resume(s)
+				continue
+			}
 			target := r.observe(s)
 			g.retarget(target, r.perStream)
 			if r.done() {

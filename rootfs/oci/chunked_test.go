@@ -468,3 +468,46 @@ func TestChunkedResumeServedWhole(t *testing.T) {
 		t.Error("no other stream fetched a chunk")
 	}
 }
+
+// TestStreamsFollowTheBuild: Start adds streams only once the build
+// reading a layer waits for its bytes. A build that reads the layer as it
+// arrives over a capped link gets several connections; one that reads
+// only after the download ended (a registry faster than the build) gets
+// the one it started with.
+func TestStreamsFollowTheBuild(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		following bool
+	}{{"BuildWaits", true}, {"BuildBehind", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := testImage(t, 1, 4<<20)
+			want := compressedLayers(t, img)
+			d := layerDigests(t, img)[0]
+			reg, link := chunkedRegistry(t, img, nil)
+			p := newChunkingPuller(t, Options{LayerConnections: 3})
+			ctx := context.Background()
+			resolved, err := p.Resolve(ctx, Source{Ref: reg.host + "/app:v1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls, err := p.Start(ctx, resolved, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ls.Close()
+			if !tc.following {
+				if err := ls.Wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkLayers(t, ls, resolved, want)
+			conns := link.connections(d)
+			switch {
+			case tc.following && conns < 2:
+				t.Errorf("a build waiting for the layer got %d connection(s), want several", conns)
+			case !tc.following && conns != 1:
+				t.Errorf("a build that never waited got %d connections, want 1", conns)
+			}
+		})
+	}
+}

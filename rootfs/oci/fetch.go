@@ -87,8 +87,11 @@ type Layers struct {
 	blobs         map[string]*blobState
 	readers       context.Context
 	cancelReaders context.CancelFunc
-	done          chan struct{}
-	cancel        context.CancelFunc
+	// starved is set when a reader waits for bytes of a download under
+	// way (the gate's flag).
+	starved *atomic.Bool
+	done    chan struct{}
+	cancel  context.CancelFunc
 
 	mu     sync.Mutex
 	ok     map[string]bool
@@ -126,7 +129,7 @@ func (l *Layers) Open(i int) (io.ReadCloser, error) {
 			if err != nil {
 				return nil, fmt.Errorf("open layer %d: %w", i, err)
 			}
-			return rc, nil
+			return &followingReader{ReadCloser: rc, p: b.partial, starved: l.starved}, nil
 		}
 	}
 	l.mu.Lock()
@@ -178,7 +181,9 @@ func (l *Layers) Close() error {
 // every 500 ms while bytes move and once more at the end of a successful
 // Fetch. On error nothing stays pinned and no temp file is left.
 func (p *Puller) Fetch(ctx context.Context, img *Image, progress func(Progress)) (*Layers, error) {
-	l, err := p.Start(ctx, img, progress)
+	// Nothing reads while a Fetch downloads: the download is all the work,
+	// and streams are added from the start.
+	l, err := p.start(ctx, img, progress, true)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +197,16 @@ func (p *Puller) Fetch(ctx context.Context, img *Image, progress func(Progress))
 // Start is Fetch without the wait: it returns at once, and Layers.Open
 // waits for the layer it opens, so a build can apply the first layers while
 // later ones download. Downloads run under ctx until they end or Close.
+// Streams beyond the first are added only once the build waited for bytes
+// of a download under way: a registry that serves faster than the build
+// applies gets one stream, which leaves the build its CPU.
 func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress)) (*Layers, error) {
+	return p.start(ctx, img, progress, false)
+}
+
+// start is Start; starved adds streams from the start, with no reader to
+// wait for.
+func (p *Puller) start(ctx context.Context, img *Image, progress func(Progress), starved bool) (*Layers, error) {
 	if img == nil || img.src == nil {
 		return nil, errors.New("fetch: image was not returned by Resolve")
 	}
@@ -226,6 +240,8 @@ func (p *Puller) Start(ctx context.Context, img *Image, progress func(Progress))
 		j.turn = k
 	}
 	gate := newStreamGate(p.slots, p.perBlob, max(p.firstStreams, 1), len(jobs))
+	gate.starved.Store(starved)
+	l.starved = &gate.starved
 	adapted := make(chan struct{})
 	go func() {
 		defer close(adapted)
@@ -517,4 +533,36 @@ func (t *tracker) snapshot(final bool) Progress {
 		CompletedLayers: int(t.completed.Load()),
 		SpeedBPS:        speed,
 	}
+}
+
+// starveAfter is how long, in all, a build must have waited for bytes of
+// one layer already arriving before more streams are added: the first
+// bytes of a fast registry come in small reads the build catches up with
+// for a moment, which is no sign of a slow link.
+const starveAfter = 20 * time.Millisecond
+
+// followingReader reads a blob being downloaded and tells the gate when
+// the build has waited starveAfter for bytes that had begun to arrive:
+// the build, not the registry, is then the one waiting.
+type followingReader struct {
+	io.ReadCloser
+	p       *blobcache.Partial
+	starved *atomic.Bool
+	off     int64
+	waited  time.Duration
+}
+
+func (r *followingReader) Read(b []byte) (int, error) {
+	if r.starved.Load() || r.off == 0 || r.off < r.p.Written() || r.off >= r.p.Size() {
+		n, err := r.ReadCloser.Read(b)
+		r.off += int64(n)
+		return n, err
+	}
+	began := time.Now()
+	n, err := r.ReadCloser.Read(b)
+	r.off += int64(n)
+	if r.waited += time.Since(began); r.waited >= starveAfter {
+		r.starved.Store(true)
+	}
+	return n, err
 }

@@ -34,6 +34,12 @@ type streamGate struct {
 	// rate is one stream's bytes per second, as last measured; read
 	// without the lock (by runs holding theirs).
 	rate atomic.Uint64 // math.Float64bits
+	// starved is set once the build reading the blobs waited for bytes
+	// of a download under way: only then can more streams make it end
+	// sooner. Until then (a registry faster than the build applies) the
+	// target stays where it started, and extra streams would only take
+	// the build's CPU.
+	starved atomic.Bool
 }
 
 // blobLane is one blob's place at the gate: its turn (manifest order
