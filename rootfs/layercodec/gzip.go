@@ -33,6 +33,9 @@ const (
 // distributions).
 const isalLibName = "libisal.so.2"
 
+// gzipReservedFlags are the FLG bits RFC 1952 reserves (5-7).
+const gzipReservedFlags = 0xe0
+
 // ISA-L reader geometry and loop guards.
 const (
 	isalInBuffer  = 256 << 10 // compressed bytes read ahead of ISA-L

@@ -238,7 +238,7 @@ func (z *isalReader) fill() error {
 // the pure-Go reader does: at the start of the stream an empty input is
 // io.EOF; after a member it is the clean end (io.EOF, done stays set), a
 // partial header is io.ErrUnexpectedEOF, and anything but the gzip magic
-// and the deflate method is gzip.ErrHeader.
+// and the deflate method, or a reserved flag, is gzip.ErrHeader.
 func (z *isalReader) member(first bool) error {
 	for int(z.st.avail_in) < gzipHeaderLen && !z.eof {
 		if err := z.fill(); err != nil {
@@ -257,6 +257,10 @@ func (z *isalReader) member(first bool) error {
 	case len(hdr) < gzipHeaderLen:
 		return fmt.Errorf("gzip: header: %w", io.ErrUnexpectedEOF)
 	case hdr[0] != 0x1f || hdr[1] != 0x8b || hdr[2] != 8:
+		return gzip.ErrHeader
+	case hdr[3]&gzipReservedFlags != 0:
+		// RFC 1952: a decoder must refuse reserved flags. ISA-L skips
+		// them; the pure-Go reader refuses them, and both must agree.
 		return gzip.ErrHeader
 	}
 	C.tc_isal_member(z.lib.c, z.st)
