@@ -341,7 +341,11 @@ func (r *jobRun) persistProgress(ctx context.Context, kind string) {
 	// ctx (a flight's, a heartbeat's) ended: the report stands all the
 	// same, as it would have had it been committed at once.
 	ctx = context.WithoutCancel(ctx)
-	r.lane.add(func() {
+	key := keyOrdered
+	if kind == spool.KindStatus {
+		key = keyHeartbeat
+	}
+	r.lane.add(key, func() {
 		if err := r.e.jobs.SetProgress(ctx, r.job.ID, phase, progress, rep); err != nil {
 			if !errors.Is(err, spool.ErrFinished) {
 				r.log.Warn("record progress", "err", err)
@@ -385,7 +389,11 @@ func (r *jobRun) report(ctx context.Context, kind string, rep api.Report) {
 		return
 	}
 	ctx = context.WithoutCancel(ctx) // as in persistProgress
-	r.lane.add(func() {
+	key := keyOrdered
+	if kind == spool.KindPull {
+		key = keyPull
+	}
+	r.lane.add(key, func() {
 		if err := r.e.jobs.AddReport(ctx, r.job.ID, spool.Report{Kind: kind, Body: body}); err != nil {
 			if !errors.Is(err, spool.ErrFinished) {
 				r.log.Warn("queue report", "kind", kind, "err", err)

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -14,9 +15,9 @@ func TestProgressLaneRunsInOrderAndDrainsOnClose(t *testing.T) {
 	var mu sync.Mutex
 	var ran []int
 	hold := make(chan struct{})
-	l.add(func() { <-hold })
+	l.add(keyOrdered, func() { <-hold })
 	for i := range 100 {
-		l.add(func() {
+		l.add(keyOrdered, func() {
 			mu.Lock()
 			ran = append(ran, i)
 			mu.Unlock()
@@ -32,7 +33,7 @@ func TestProgressLaneRunsInOrderAndDrainsOnClose(t *testing.T) {
 	if len(got) != 100 || !slices.IsSorted(got) {
 		t.Fatalf("ran %v, want 0..99 in order, all before close returned", got)
 	}
-	l.add(func() {})
+	l.add(keyOrdered, func() {})
 	l.mu.Lock()
 	kept := len(l.ops)
 	l.mu.Unlock()
@@ -48,8 +49,8 @@ func TestProgressLaneFlush(t *testing.T) {
 	l := newProgressLane()
 	hold := make(chan struct{})
 	var ran []int
-	l.add(func() { <-hold; ran = append(ran, 1) })
-	l.add(func() { ran = append(ran, 2) })
+	l.add(keyOrdered, func() { <-hold; ran = append(ran, 1) })
+	l.add(keyOrdered, func() { ran = append(ran, 2) })
 	flushed := make(chan struct{})
 	go func() { l.flush(); close(flushed) }()
 	select {
@@ -64,4 +65,38 @@ func TestProgressLaneFlush(t *testing.T) {
 	}
 	l.close()
 	l.flush()
+}
+
+// TestProgressLaneSupersedesHeartbeatsAndPulls: while the lane is held (a
+// spool that stalls), heartbeats and pull reports replace their queued
+// predecessor instead of piling up; ordered ops all stay, in order, and
+// the newest heartbeat and pull run after the ordered ops queued before
+// them.
+func TestProgressLaneSupersedesHeartbeatsAndPulls(t *testing.T) {
+	l := newProgressLane()
+	hold := make(chan struct{})
+	started := make(chan struct{})
+	l.add(keyOrdered, func() { close(started); <-hold })
+	<-started
+	var ran []string
+	record := func(s string) func() { return func() { ran = append(ran, s) } }
+	for i := range 10000 {
+		if i%2500 == 0 {
+			l.add(keyOrdered, record(fmt.Sprintf("phase%d", i/2500)))
+		}
+		l.add(keyHeartbeat, record(fmt.Sprintf("heartbeat%d", i)))
+		l.add(keyPull, record(fmt.Sprintf("pull%d", i)))
+	}
+	l.mu.Lock()
+	queued := len(l.ops)
+	l.mu.Unlock()
+	if queued != 6 {
+		t.Errorf("%d ops queued after 20,004 adds, want 6 (4 phases, one heartbeat, one pull)", queued)
+	}
+	close(hold)
+	l.close()
+	want := []string{"phase0", "phase1", "phase2", "phase3", "heartbeat9999", "pull9999"}
+	if !slices.Equal(ran, want) {
+		t.Errorf("ran %v, want %v", ran, want)
+	}
 }
