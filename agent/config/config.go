@@ -223,7 +223,7 @@ func Default() *Config {
 		Spool: Spool{Path: "/var/lib/cube-templatecenter/spool.db", Retention: 7 * 24 * time.Hour, MinFree: Reserve{Bytes: 64 << 20}},
 		Build: Build{MaxConcurrentBuilds: 2, QueueSize: 64, HeartbeatInterval: 30 * time.Second, Timeout: 2 * time.Hour,
 			MaxAttempts: 5, CAPath: "/etc/cube/ca/cube-root-ca.crt", Platform: "linux/" + runtime.GOARCH,
-			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DirectIO: true, DownloadJobs: 6, DownloadConnections: 8, LayerConnections: 4, HeadroomPercent: 2, HeadroomInodes: 4096,
+			LayerCacheQuota: 20 << 30, LayerCacheZstd: true, DirectIO: true, DownloadJobs: 6, DownloadConnections: 8, LayerConnections: 8, HeadroomPercent: 2, HeadroomInodes: 4096,
 			MaxEntries: 1_000_000, MaxTreeMemory: 192 << 20, MaxImageSize: 64 << 30,
 			StallTimeout: 5 * time.Minute, MinTransferRate: 1 << 10, StartCheck: StartCheckFail},
 		Registry: Registry{},

@@ -60,10 +60,10 @@ type blobRun struct {
 	// started: the first stream reads (helpers may join); ended: it is
 	// done (none may join any more).
 	started, ended bool
-	// helping tells that a helper waits at the gate.
-	helping bool
+	// waiting counts the helpers waiting at the gate.
+	waiting int
 	// streams counts the streams started (their index), running those
-	// still running, live those plus a helper waiting at the gate.
+	// still running, live those plus the helpers waiting at the gate.
 	streams, running, live int
 	idle                   chan struct{}
 	err                    error
@@ -180,25 +180,30 @@ func (r *blobRun) wantsHelperLocked() bool {
 		r.d.chunks.helps(r.p.Size(), r.plan.left())
 }
 
-// maybeHelp sends a helper to wait at the gate, unless one waits or none
-// is wanted.
+// maybeHelp sends helpers to wait at the gate, as many as the blob's
+// streams may still grow by, while more are wanted. They wait all at once
+// so that a target the gate raises by several goes to this blob before a
+// later one: with one waiting at a time, the grants after the first went
+// to the next layer while this one's next helper was still on its way.
 func (r *blobRun) maybeHelp() {
 	r.mu.Lock()
-	if r.helping || !r.wantsHelperLocked() {
-		r.mu.Unlock()
-		return
+	n := 0
+	for r.waiting+r.running < r.d.gate.perBlob && r.wantsHelperLocked() {
+		r.waiting++
+		r.live++
+		n++
 	}
-	r.helping = true
-	r.live++
 	r.mu.Unlock()
-	go r.helper()
+	for range n {
+		go r.helper()
+	}
 }
 
 // helper waits for a grant, then fetches chunks until none is left.
 func (r *blobRun) helper() {
 	ok, _ := r.d.gate.acquire(r.ctx, r.d.lane, r.wantsHelper)
 	r.mu.Lock()
-	r.helping = false
+	r.waiting--
 	r.mu.Unlock()
 	if !ok {
 		// No work any more, or the run stops: either way, not an error.
@@ -207,7 +212,7 @@ func (r *blobRun) helper() {
 	}
 	s := r.newStream(false)
 	s.granted = true
-	r.maybeHelp() // the next one queues behind
+	r.maybeHelp() // in its place, one queues behind
 	err := r.stream(s)
 	r.d.gate.release(r.d.lane)
 	r.leave(s, err)
@@ -272,9 +277,9 @@ func (r *blobRun) stream(s *stream) error {
 
 // claim gives s its next chunk: the first free bytes.
 func (r *blobRun) claim(s *stream) bool {
-	rate := r.d.gate.streamRate()
+	rate, ttfb := r.d.gate.streamRate()
 	r.mu.Lock()
-	c, ok := r.plan.claimFirst(r.d.chunks.size(r.plan.left(), r.running, rate))
+	c, ok := r.plan.claimFirst(r.d.chunks.size(r.plan.left(), r.running, rate, ttfb))
 	if ok {
 		s.claim, s.chunk = c, c
 	}
@@ -385,9 +390,9 @@ func (r *blobRun) walk(s *stream, body io.Reader, pos, bodyEnd int64, whole bool
 // the body is served whole; wait for the verdict on ranges when another
 // stream's first ranged request is out; otherwise end the request.
 func (r *blobRun) next(s *stream, pos, bodyEnd int64, whole bool) (walkAction, int64, <-chan struct{}) {
-	rate := r.d.gate.streamRate()
+	rate, ttfb := r.d.gate.streamRate()
 	r.mu.Lock()
-	if c, ok := r.plan.claimAt(pos, r.d.chunks.size(r.plan.left(), r.running, rate)); ok {
+	if c, ok := r.plan.claimAt(pos, r.d.chunks.size(r.plan.left(), r.running, rate, ttfb)); ok {
 		if s.claim.Len() > 0 {
 			// A body served whole passes free bytes before the claim its
 			// request was for: that claim is free again until reached.

@@ -511,3 +511,38 @@ func TestStreamsFollowTheBuild(t *testing.T) {
 		})
 	}
 }
+
+// TestLayerBelowTakesStreamsFirst: when the rule raises the streams by
+// several at once, they go to the bottom layer up to its cap before the
+// next layer gets one, so the layer a build applies first gets the link
+// first. (Its helpers used to queue one at a time, and the next layer took
+// the grants meant for the rest.)
+func TestLayerBelowTakesStreamsFirst(t *testing.T) {
+	img := testImage(t, 2, 6<<20)
+	reg, _ := chunkedRegistry(t, img, nil)
+	p := newChunkingPuller(t, Options{DownloadConnections: 4, LayerConnections: 4})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	ctx, root := tp.Tracer("test").Start(context.Background(), "build")
+	fetchAllCtx(t, ctx, p, Source{Ref: reg.host + "/app:v1"}, compressedLayers(t, img))
+	root.End()
+	conns := map[int64]int64{}
+	for _, s := range rec.Ended() {
+		idx, n := int64(-1), int64(0)
+		for _, a := range s.Attributes() {
+			switch a.Key {
+			case "oci.layer.index":
+				idx = a.Value.AsInt64()
+			case "oci.layer.connections":
+				n = a.Value.AsInt64()
+			}
+		}
+		if idx >= 0 && n > 0 {
+			conns[idx] = n
+		}
+	}
+	if conns[0] != 4 {
+		t.Errorf("the bottom layer ran %d streams at most (layers: %v), want 4, its cap", conns[0], conns)
+	}
+}

@@ -15,9 +15,15 @@ type chunking struct {
 	// first is the chunk size before a stream's rate is known.
 	first int64
 	// minChunk and maxChunk bound the chunk size a measured rate gives:
-	// chunkTime of transfer at one stream's rate.
+	// chunkTime of transfer at one stream's rate, or roundTrips times a
+	// request's time to its first byte when that is longer. Chunks are
+	// short because a build reads a blob's contiguous prefix: a chunk's
+	// bytes become readable only once every chunk before it is in, so
+	// the build trails the download by about a chunk's time. The round
+	// trips keep each request's wait a small share of its transfer.
 	minChunk, maxChunk int64
 	chunkTime          time.Duration
+	roundTrips         int
 	// tail is the smallest chunk the end of a blob is split into, so that
 	// its last bytes come over several streams rather than one.
 	tail int64
@@ -25,28 +31,31 @@ type chunking struct {
 
 // defaultChunking is the chunking of a Puller.
 var defaultChunking = chunking{
-	minBlob:   8 << 20,
-	first:     8 << 20,
-	minChunk:  4 << 20,
-	maxChunk:  32 << 20,
-	chunkTime: 500 * time.Millisecond,
-	tail:      1 << 20,
+	minBlob:    8 << 20,
+	first:      4 << 20,
+	minChunk:   1 << 20,
+	maxChunk:   32 << 20,
+	chunkTime:  150 * time.Millisecond,
+	roundTrips: 8,
+	tail:       1 << 20,
 }
 
 // size returns the length of the next chunk to claim: free bytes are left
-// to claim, streams fetch the blob and rate is one stream's bytes per
-// second (0 when not measured yet). The end of a blob is shared among its
+// to claim, streams fetch the blob, rate is one stream's bytes per second
+// (0 when not measured yet) and ttfb a request's time to its first byte.
+// The end of a blob is shared among its
 // streams (each claim at most a streams-th of what is left), so that its
 // last bytes do not come over one stream while the others idle. It is at
 // least 1 and at most free (free > 0), at most maxChunk, and at least
 // min(free, tail).
-func (c chunking) size(free int64, streams int, rate float64) int64 {
+func (c chunking) size(free int64, streams int, rate float64, ttfb time.Duration) int64 {
 	if free <= 0 {
 		return 0
 	}
 	n := c.first
 	if rate > 0 {
-		n = min(max(int64(rate*c.chunkTime.Seconds()), c.minChunk), c.maxChunk)
+		d := max(c.chunkTime, time.Duration(c.roundTrips)*ttfb)
+		n = min(max(int64(rate*d.Seconds()), c.minChunk), c.maxChunk)
 	}
 	k := int64(max(streams, 1))
 	n = min(n, max((free+k-1)/k, c.tail))

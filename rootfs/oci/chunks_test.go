@@ -41,14 +41,14 @@ func FuzzChunkPlan(f *testing.F) {
 		}
 		plan.free = start
 		var claims []blobcache.Range
-		c := chunking{minBlob: 1, first: 17, minChunk: 5, maxChunk: 40, chunkTime: time.Second, tail: 3}
+		c := chunking{minBlob: 1, first: 17, minChunk: 5, maxChunk: 40, chunkTime: time.Second, roundTrips: 8, tail: 3}
 		for len(ops) >= 2 {
 			op, arg := ops[0]%4, int64(ops[1])
 			ops = ops[2:]
 			switch op {
 			case 0, 1:
 				left := plan.left()
-				n := c.size(left, int(arg%5), float64(arg))
+				n := c.size(left, int(arg%5), float64(arg), time.Duration(arg)*time.Millisecond)
 				if left > 0 && (n < 1 || n > left || n > c.maxChunk || n < min(left, c.tail)) {
 					t.Fatalf("size(%d, %d, %d) = %d out of bounds", left, arg%5, arg, n)
 				}
@@ -127,26 +127,29 @@ func FuzzChunkPlan(f *testing.F) {
 }
 
 // TestChunkSizes checks the sizes of real settings: the first chunk
-// before a rate is known, one from a measured rate, the end of a blob
-// shared among its streams.
+// before a rate is known, one from a measured rate (150 ms of transfer,
+// longer when requests take long to answer), the end of a blob shared
+// among its streams.
 func TestChunkSizes(t *testing.T) {
 	c := defaultChunking
 	for _, tc := range []struct {
 		free    int64
 		streams int
 		rate    float64
+		ttfb    time.Duration
 		want    int64
 	}{
-		{100 << 20, 1, 0, 8 << 20},
-		{100 << 20, 4, 25e6, 12_500_000},
-		{100 << 20, 4, 1e6, 4 << 20},
-		{1 << 30, 4, 1e9, 32 << 20},
-		{20 << 20, 4, 25e6, 5 << 20},
-		{2 << 20, 4, 25e6, 1 << 20},
-		{100, 4, 25e6, 100},
+		{100 << 20, 1, 0, 0, 4 << 20},
+		{100 << 20, 4, 25e6, time.Millisecond, 3_750_000},
+		{100 << 20, 4, 25e6, 50 * time.Millisecond, 10_000_000},
+		{100 << 20, 4, 1e6, time.Millisecond, 1 << 20},
+		{1 << 30, 4, 1e9, time.Millisecond, 32 << 20},
+		{10 << 20, 4, 25e6, time.Millisecond, 10 << 18},
+		{2 << 20, 4, 25e6, time.Millisecond, 1 << 20},
+		{100, 4, 25e6, time.Millisecond, 100},
 	} {
-		if got := c.size(tc.free, tc.streams, tc.rate); got != tc.want {
-			t.Errorf("size(%d, %d, %g) = %d, want %d", tc.free, tc.streams, tc.rate, got, tc.want)
+		if got := c.size(tc.free, tc.streams, tc.rate, tc.ttfb); got != tc.want {
+			t.Errorf("size(%d, %d, %g, %v) = %d, want %d", tc.free, tc.streams, tc.rate, tc.ttfb, got, tc.want)
 		}
 	}
 	if c.helps(4<<20, 4<<20) || !c.helps(64<<20, 16<<20) || c.helps(64<<20, 1<<20) {

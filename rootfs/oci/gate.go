@@ -233,7 +233,10 @@ func (g *streamGate) retarget(target int, rate float64) {
 }
 
 // streamRate returns one stream's measured bytes per second (0 before
-// a measurement).
-func (g *streamGate) streamRate() float64 {
-	return math.Float64frombits(g.rate.Load())
+// a measurement) and a request's time to its first byte.
+func (g *streamGate) streamRate() (float64, time.Duration) {
+	g.mu.Lock()
+	ttfb := g.ttfb
+	g.mu.Unlock()
+	return math.Float64frombits(g.rate.Load()), ttfb
 }

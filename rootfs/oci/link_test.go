@@ -229,12 +229,13 @@ func (m *linkModel) connections(d v1.Hash) int {
 // testChunking is the chunking of the tests: small blobs in small chunks,
 // so that a few MiB show what production does with hundreds.
 var testChunking = chunking{
-	minBlob:   1 << 20,
-	first:     256 << 10,
-	minChunk:  128 << 10,
-	maxChunk:  1 << 20,
-	chunkTime: 100 * time.Millisecond,
-	tail:      64 << 10,
+	minBlob:    1 << 20,
+	first:      256 << 10,
+	minChunk:   128 << 10,
+	maxChunk:   1 << 20,
+	chunkTime:  100 * time.Millisecond,
+	roundTrips: 8,
+	tail:       64 << 10,
 }
 
 // newChunkingPuller is newTestPuller with testChunking.

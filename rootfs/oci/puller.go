@@ -42,7 +42,7 @@ const (
 	// MaxDownloadConnections caps Options.DownloadConnections.
 	MaxDownloadConnections = 64
 	// DefaultLayerConnections is Options.LayerConnections when 0.
-	DefaultLayerConnections = 4
+	DefaultLayerConnections = 8
 )
 
 // Options configure a Puller.
