@@ -26,6 +26,11 @@ const (
 	// probeSettleMax bounds the wait for the streams a step added to
 	// bring bytes: a step without work for them is measured anyway.
 	probeSettleMax = 500 * time.Millisecond
+	// probeRetry is how long a target stays after a step was taken back
+	// before the rule measures and steps again: what a step gains changes
+	// as a build's layers end (the streams of the last one alone may fill
+	// what it shared) and one window on two busy cores can misjudge it.
+	probeRetry = time.Second
 )
 
 // probeSample is what the rule sees of a Fetch's streams at one moment.
@@ -49,13 +54,15 @@ const (
 	probeSettle                   // a step was taken: waiting for its streams
 	probeRamp                     // their first bytes came: one ttfb more
 	probeAfter                    // measuring the step
-	probeDone                     // the last step did not pay: no more
+	probeHold                     // the last step did not pay: wait probeRetry
+	probeDone                     // at the limit: no more
 )
 
 // rateProbe is the rule: a Fetch starts with one stream; while streams
 // wait for one, the target doubles (up to limit) as long as the last
 // doubling raised the throughput by more than probeGain; a doubling that
-// did not is taken back, and the target stays. Throughput is
+// did not is taken back, and the target stays for probeRetry before the
+// rule measures and tries again. Throughput is
 // compared as per-stream rate × target, the per-stream rate being the
 // bytes of a window over the time streams spent inside bodies: the gaps
 // between requests, and streams without work, do not count against a
@@ -111,7 +118,7 @@ func (r *rateProbe) observe(s probeSample) int {
 		}
 		r.perStream = perStream
 		if r.phase == probeAfter && through <= r.before*(1+probeGain) {
-			r.target, r.phase = r.from, probeDone
+			r.target, r.phase, r.mark = r.from, probeHold, s.now
 			break
 		}
 		if r.target >= r.limit {
@@ -133,6 +140,11 @@ func (r *rateProbe) observe(s probeSample) int {
 	case probeRamp:
 		if s.now.Sub(r.mark) >= s.ttfb {
 			r.phase = probeAfter
+			r.window(s)
+		}
+	case probeHold:
+		if s.now.Sub(r.mark) >= probeRetry {
+			r.phase = probeBase
 			r.window(s)
 		}
 	}

@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"cmp"
+	"slices"
 	"testing"
 	"time"
 
@@ -165,6 +167,9 @@ type simLink struct {
 	perStream, link float64
 	ttfb            time.Duration
 	work            int
+	// from then on, the link carries perStream and link of later.
+	then  time.Duration
+	later *simLink
 }
 
 // run feeds the probe 10 ms samples for d and returns the targets it
@@ -178,13 +183,19 @@ func (m simLink) run(r *rateProbe, d time.Duration) ([]int, []time.Duration) {
 		for len(granted) < min(r.target, m.work) {
 			granted = append(granted, now)
 		}
+		// A step taken back ends the streams beyond the target.
+		granted = granted[:min(len(granted), r.target)]
 		flowing := 0
 		for _, g := range granted {
 			if now.Sub(g) >= m.ttfb {
 				flowing++
 			}
 		}
-		bytes += min(float64(flowing)*m.perStream, m.link) * probeTick.Seconds()
+		perStream, link := m.perStream, m.link
+		if m.later != nil && now.Sub(start) >= m.then {
+			perStream, link = m.later.perStream, m.later.link
+		}
+		bytes += min(float64(flowing)*perStream, link) * probeTick.Seconds()
 		target := r.observe(probeSample{now: now, bytes: int64(bytes), flowing: flowing, granted: len(granted),
 			demand: m.work > len(granted), ttfb: m.ttfb})
 		if target != targets[len(targets)-1] {
@@ -197,36 +208,72 @@ func (m simLink) run(r *rateProbe, d time.Duration) ([]int, []time.Duration) {
 // TestRateProbe: streams capped per connection double up to the limit;
 // on a link one stream fills, the first doubling is taken back; with no
 // stream waiting the target stays; on a link three streams fill, the
-// doubling to eight is taken back.
+// doubling to eight is taken back. (Within 900 ms, before a step taken
+// back is tried again; 2 s where a new stream's first byte takes 200 ms.)
 func TestRateProbe(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		link  simLink
 		limit int
 		want  []int
+		// within is how long the rule runs: 900 ms unless set.
+		within time.Duration
 	}{
-		{"PerConnectionCap", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 4, 8}},
-		{"LinkFull", simLink{perStream: 125e6, link: 125e6, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 1}},
-		{"ThreeFill", simLink{perStream: 25e6, link: 75e6, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 4, 8, 4}},
-		{"NoDemand", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 1}, 8, []int{1}},
-		{"SlowStart", simLink{perStream: 25e6, link: 1e12, ttfb: 200 * time.Millisecond, work: 100}, 4, []int{1, 2, 4}},
-		{"One", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 100}, 1, []int{1}},
+		{"PerConnectionCap", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 4, 8}, 0},
+		{"LinkFull", simLink{perStream: 125e6, link: 125e6, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 1}, 0},
+		{"ThreeFill", simLink{perStream: 25e6, link: 75e6, ttfb: 20 * time.Millisecond, work: 100}, 8, []int{1, 2, 4, 8, 4}, 0},
+		{"NoDemand", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 1}, 8, []int{1}, 0},
+		{"SlowStart", simLink{perStream: 25e6, link: 1e12, ttfb: 200 * time.Millisecond, work: 100}, 4, []int{1, 2, 4}, 2 * time.Second},
+		{"One", simLink{perStream: 25e6, link: 1e12, ttfb: 20 * time.Millisecond, work: 100}, 1, []int{1}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRateProbe(tc.limit, 1, time.Unix(1000, 0))
-			got, _ := tc.link.run(r, 5*time.Second)
-			if len(got) != len(tc.want) {
+			got, _ := tc.link.run(r, cmp.Or(tc.within, 900*time.Millisecond))
+			if !slices.Equal(got, tc.want) {
 				t.Fatalf("targets %v, want %v", got, tc.want)
 			}
-			for i := range got {
-				if got[i] != tc.want[i] {
-					t.Fatalf("targets %v, want %v", got, tc.want)
-				}
+			settled := tc.want[len(tc.want)-1] == tc.limit || tc.name == "NoDemand"
+			if r.done() != (tc.want[len(tc.want)-1] == tc.limit) {
+				t.Errorf("probe done: %v at target %d of %d", r.done(), r.target, tc.limit)
 			}
-			if tc.name != "NoDemand" && !r.done() {
-				t.Errorf("probe not done after 5 s (phase %d)", r.phase)
+			if !settled && r.phase != probeHold {
+				t.Errorf("a step taken back: phase %d, want it held (probeHold)", r.phase)
 			}
 		})
+	}
+}
+
+// TestRateProbeTriesAgain: a step taken back is tried again once
+// probeRetry passed, and no sooner: on a link one stream fills the target
+// goes back to one after each try; when the link later caps each
+// connection (the layers that shared it ended), the next try finds the
+// gain and the streams double up to the limit.
+func TestRateProbeTriesAgain(t *testing.T) {
+	full := simLink{perStream: 125e6, link: 125e6, ttfb: 20 * time.Millisecond, work: 100}
+	targets, at := full.run(newRateProbe(8, 1, time.Unix(1000, 0)), 5*time.Second)
+	var tries []time.Duration
+	for i, n := range targets {
+		if n > 2 {
+			t.Fatalf("targets %v: above 2 on a link one stream fills", targets)
+		}
+		if n == 2 {
+			tries = append(tries, at[i])
+		}
+	}
+	if len(tries) < 3 {
+		t.Fatalf("targets %v at %v: want a try about every %v", targets, at, probeRetry)
+	}
+	for i := 1; i < len(tries); i++ {
+		if gap := tries[i] - tries[i-1]; gap < probeRetry {
+			t.Errorf("tries at %v: %v apart, want at least %v", tries, gap, probeRetry)
+		}
+	}
+	capped := full
+	capped.then, capped.later = 1500*time.Millisecond, &simLink{perStream: 25e6, link: 1e12}
+	r := newRateProbe(8, 1, time.Unix(1000, 0))
+	targets, _ = capped.run(r, 5*time.Second)
+	if targets[len(targets)-1] != 8 || !r.done() {
+		t.Errorf("targets %v once the link capped each connection, want 8 in the end", targets)
 	}
 }
 
