@@ -115,13 +115,20 @@ func run(binary, out string) error {
 	if err := agent.Start(); err != nil {
 		return fmt.Errorf("start %s (run make build first): %w", binary, err)
 	}
+	exited := make(chan struct{})
+	go func() {
+		agent.Wait()
+		close(exited)
+	}()
 	defer func() {
 		agent.Process.Signal(syscall.SIGTERM)
-		agent.Wait()
+		<-exited
 	}()
 	base := "http://" + addr
-	if err := childproc.WaitHTTP(ctx, base+"/health", nil, time.Minute); err != nil {
-		return fmt.Errorf("%w (agent log: %s)", err, logPath)
+	// An agent that exits (a bad config, a port taken) ends the wait at
+	// once, naming its log, instead of after the minute.
+	if err := childproc.WaitHTTP(ctx, base+"/health", exited, time.Minute); err != nil {
+		return fmt.Errorf("agent: %w (log: %s)", err, logPath)
 	}
 	fmt.Printf("3. templatecenter agent (pid %d) healthy at %s, log in %s\n", agent.Process.Pid, base, logPath)
 
