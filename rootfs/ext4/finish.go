@@ -257,68 +257,78 @@ func (f *finisher) place(groups uint64, ipg uint32) error {
 		if err := f.check(i); err != nil {
 			return err
 		}
-		if in == nil {
-			continue
-		}
-		in.blocks = 0
-		if in.x != nil {
-			in.x.tree = nil
-			clear(in.x.root[:])
-		}
-		switch {
-		case in == f.journal:
-			runs, err := take(uint64(f.opts.JournalBlocks))
-			if err != nil {
-				return fmt.Errorf("place journal: %w", err)
+		if in != nil {
+			if err := f.placeInode(in, take); err != nil {
+				return err
 			}
-			in.node.Data.extents = runsToExtents(runs)
-		case in.ftype == ftDir:
-			runs, err := take(uint64(len(in.x.dirData) / BlockSize))
-			if err != nil {
-				return fmt.Errorf("place directory %q: %w", in.path(), err)
-			}
-			in.x.ext = runsToExtents(runs)
-		case in.ftype == ftSymlink && len(in.node.LinkTarget()) >= fastSymlink:
-			runs, err := take(1)
-			if err != nil {
-				return fmt.Errorf("place symlink %q: %w", in.path(), err)
-			}
-			in.extra().ext = runsToExtents(runs)
-		}
-		exts := in.extents()
-		for _, e := range exts {
-			in.blocks += uint64(e.length)
-		}
-		if xb := in.xblock(); xb != nil {
-			if !xb.placed {
-				runs, err := take(1)
-				if err != nil {
-					return fmt.Errorf("place xattr block of %q: %w", in.path(), err)
-				}
-				xb.block = runs[0].start
-				xb.placed = true
-			}
-			in.blocks++
-		}
-		if in.ftype == ftRegular || in.ftype == ftDir || len(exts) > 0 {
-			k := treeBlockCount(len(exts))
-			var phys []uint64
-			if k > 0 {
-				runs, err := take(uint64(k))
-				if err != nil {
-					return fmt.Errorf("place extent tree of %q: %w", in.path(), err)
-				}
-				for _, r := range runs {
-					for b := r.start; b < r.start+r.count; b++ {
-						phys = append(phys, b)
-					}
-				}
-				in.blocks += uint64(k)
-			}
-			buildExtentTree(in, phys, f.csumSeed)
 		}
 	}
 	f.used = used
+	return nil
+}
+
+// placeInode gives in the blocks it needs besides its file data (the
+// journal's, a directory's, a long symlink's, its xattr block, its extent
+// tree) through take, and counts its blocks.
+func (f *finisher) placeInode(in *inode, take func(uint64) ([]run, error)) error {
+	in.blocks = 0
+	if in.x != nil {
+		in.x.tree = nil
+		clear(in.x.root[:])
+	}
+	switch {
+	case in == f.journal:
+		runs, err := take(uint64(f.opts.JournalBlocks))
+		if err != nil {
+			return fmt.Errorf("place journal: %w", err)
+		}
+		in.node.Data.extents = runsToExtents(runs)
+	case in.ftype == ftDir:
+		runs, err := take(uint64(len(in.x.dirData) / BlockSize))
+		if err != nil {
+			return fmt.Errorf("place directory %q: %w", in.path(), err)
+		}
+		in.x.ext = runsToExtents(runs)
+	case in.ftype == ftSymlink && len(in.node.LinkTarget()) >= fastSymlink:
+		runs, err := take(1)
+		if err != nil {
+			return fmt.Errorf("place symlink %q: %w", in.path(), err)
+		}
+		in.extra().ext = runsToExtents(runs)
+	}
+	exts := in.extents()
+	for _, e := range exts {
+		in.blocks += uint64(e.length)
+	}
+	if xb := in.xblock(); xb != nil {
+		if !xb.placed {
+			runs, err := take(1)
+			if err != nil {
+				return fmt.Errorf("place xattr block of %q: %w", in.path(), err)
+			}
+			xb.block = runs[0].start
+			xb.placed = true
+		}
+		in.blocks++
+	}
+	if in.ftype != ftRegular && in.ftype != ftDir && len(exts) == 0 {
+		return nil
+	}
+	k := treeBlockCount(len(exts))
+	var phys []uint64
+	if k > 0 {
+		runs, err := take(uint64(k))
+		if err != nil {
+			return fmt.Errorf("place extent tree of %q: %w", in.path(), err)
+		}
+		for _, r := range runs {
+			for b := r.start; b < r.start+r.count; b++ {
+				phys = append(phys, b)
+			}
+		}
+		in.blocks += uint64(k)
+	}
+	buildExtentTree(in, phys, f.csumSeed)
 	return nil
 }
 
@@ -349,17 +359,51 @@ func (f *finisher) write() error {
 	w := f.w
 	g := &f.geo
 	s := newSink(w.f)
-	a := f.a
+	f.freeReservedDescriptors()
+	if err := f.writeInodeBlocks(s); err != nil {
+		return err
+	}
+	descs, err := f.writeGroups(s)
+	if err != nil {
+		return err
+	}
+	if err := f.writeSuperblocks(s, descs); err != nil {
+		return err
+	}
+	if err := s.flush(); err != nil {
+		return err
+	}
+	if err := f.clearFree(); err != nil {
+		return err
+	}
+	if err := w.f.Truncate(int64(g.blocks) * BlockSize); err != nil {
+		return fmt.Errorf("size image: %w", err)
+	}
+	if w.opts.NoSync {
+		return nil
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("sync image: %w", err)
+	}
+	return nil
+}
+
+// freeReservedDescriptors marks the reserved descriptor blocks beyond the
+// real table free.
+func (f *finisher) freeReservedDescriptors() {
+	g, a := &f.geo, f.a
 	a.ensure(g.groups * blocksPerGroup)
-	// Reserved descriptor blocks beyond the real table are free.
 	for grp := uint64(0); grp < g.groups; grp++ {
-		if hasSuper(grp) && w.gdtReserve > g.gdtBlocks {
+		if hasSuper(grp) && f.w.gdtReserve > g.gdtBlocks {
 			st := grp*blocksPerGroup + 1 + g.gdtBlocks
-			a.clearBits(st, min(grp*blocksPerGroup+1+w.gdtReserve, a.size))
+			a.clearBits(st, min(grp*blocksPerGroup+1+f.w.gdtReserve, a.size))
 		}
 	}
+}
 
-	// Directory, symlink, xattr and extent tree blocks.
+// writeInodeBlocks writes the directory, symlink, xattr and extent tree
+// blocks, and the journal.
+func (f *finisher) writeInodeBlocks(s *sink) error {
 	for i, in := range f.p.inodes {
 		if err := f.check(i); err != nil {
 			return err
@@ -401,13 +445,17 @@ func (f *finisher) write() error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// Bitmaps and descriptors.
+// writeGroups writes each group's bitmaps and inode table and returns the
+// groups' descriptors; it adds up the free blocks and inodes in f.geo.
+func (f *finisher) writeGroups(s *sink) ([]groupDesc, error) {
+	g := &f.geo
 	descs := make([]groupDesc, g.groups)
-	ipg := uint64(g.ipg)
 	for grp := uint64(0); grp < g.groups; grp++ {
 		if err := f.check(int(grp)); err != nil {
-			return err
+			return nil, err
 		}
 		d := &descs[grp]
 		d.blockBitmap, d.inodeBitmap, d.inodeTable = f.bbm[grp], f.ibm[grp], f.itab[grp]
@@ -419,38 +467,52 @@ func (f *finisher) write() error {
 		d.freeBlocks = uint32(free)
 		g.freeBlocks += free
 		d.blockBitmapCsum = crc32c(f.csumSeed, bb)
-		ib := make([]byte, BlockSize)
-		var last uint64
-		for k := uint64(0); k < maxIPG; k++ {
-			if k >= ipg {
-				ib[k/8] |= 1 << (k % 8)
-				continue
-			}
-			ino := grp*ipg + k + 1
-			if !f.inodeUsed(ino) {
-				d.freeInodes++
-				continue
-			}
-			ib[k/8] |= 1 << (k % 8)
-			last = k + 1
-			if in := f.p.inodes[ino-1]; in != nil && in.ftype == ftDir {
-				d.usedDirs++
-			}
-		}
+		ib, last := f.inodeBitmap(grp, d)
 		g.freeInodes += d.freeInodes
-		d.itableUnused = uint32(ipg - last)
-		d.inodeBitmapCsum = crc32c(f.csumSeed, ib[:ipg/8])
 		if err := s.put(d.blockBitmap, bb); err != nil {
-			return err
+			return nil, err
 		}
 		if err := s.put(d.inodeBitmap, ib); err != nil {
-			return err
+			return nil, err
 		}
 		if err := f.writeInodeTable(grp, last); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return descs, nil
+}
 
+// inodeBitmap renders group grp's inode bitmap, padding past the group's
+// inodes with ones, and fills d's inode counts and bitmap checksum; last
+// is the number of the group's inodes up to its last used one.
+func (f *finisher) inodeBitmap(grp uint64, d *groupDesc) (ib []byte, last uint64) {
+	ipg := uint64(f.geo.ipg)
+	ib = make([]byte, BlockSize)
+	for k := uint64(0); k < maxIPG; k++ {
+		if k >= ipg {
+			ib[k/8] |= 1 << (k % 8)
+			continue
+		}
+		ino := grp*ipg + k + 1
+		if !f.inodeUsed(ino) {
+			d.freeInodes++
+			continue
+		}
+		ib[k/8] |= 1 << (k % 8)
+		last = k + 1
+		if in := f.p.inodes[ino-1]; in != nil && in.ftype == ftDir {
+			d.usedDirs++
+		}
+	}
+	d.itableUnused = uint32(ipg - last)
+	d.inodeBitmapCsum = crc32c(f.csumSeed, ib[:ipg/8])
+	return ib, last
+}
+
+// writeSuperblocks writes the superblock and the descriptor table in
+// every group that holds a copy.
+func (f *finisher) writeSuperblocks(s *sink, descs []groupDesc) error {
+	g := &f.geo
 	gdt := make([]byte, g.gdtBlocks*BlockSize)
 	for grp := range descs {
 		encodeGroupDesc(gdt[grp*descSize:], uint32(grp), &descs[grp], f.csumSeed)
@@ -471,21 +533,6 @@ func (f *finisher) write() error {
 		if err := s.put(grp*blocksPerGroup+1, gdt); err != nil {
 			return err
 		}
-	}
-	if err := s.flush(); err != nil {
-		return err
-	}
-	if err := f.clearFree(); err != nil {
-		return err
-	}
-	if err := w.f.Truncate(int64(g.blocks) * BlockSize); err != nil {
-		return fmt.Errorf("size image: %w", err)
-	}
-	if w.opts.NoSync {
-		return nil
-	}
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("sync image: %w", err)
 	}
 	return nil
 }
