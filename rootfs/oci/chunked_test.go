@@ -31,13 +31,8 @@ func TestChunkedFetch(t *testing.T) {
 	push(t, reg.host+"/app:v1", img)
 	p := newChunkingPuller(t, Options{LayerConnections: 3})
 
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	ctx, root := tp.Tracer("test").Start(context.Background(), "build")
 	began := time.Now()
-	fetchAllCtx(t, ctx, p, Source{Ref: reg.host + "/app:v1"}, want)
-	root.End()
+	spans := tracedFetch(t, p, reg.host+"/app:v1", want)
 	took := time.Since(began)
 
 	reqs := link.requests(d)
@@ -59,7 +54,7 @@ func TestChunkedFetch(t *testing.T) {
 		t.Error("no Range request")
 	}
 	var chunks, maxConn int64 = 0, -1
-	for _, s := range rec.Ended() {
+	for _, s := range spans {
 		if s.Name() != SpanLayerFetch {
 			continue
 		}
@@ -395,16 +390,11 @@ func TestSpareStreamsTakeNextLayer(t *testing.T) {
 			img := testImage(t, 2, 2<<20)
 			reg, _ := chunkedRegistry(t, img, nil)
 			p := newChunkingPuller(t, Options{DownloadConnections: conns, LayerConnections: 1})
-			rec := tracetest.NewSpanRecorder()
-			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-			t.Cleanup(func() { tp.Shutdown(context.Background()) })
-			ctx, root := tp.Tracer("test").Start(context.Background(), "build")
-			fetchAllCtx(t, ctx, p, Source{Ref: reg.host + "/app:v1"}, compressedLayers(t, img))
-			root.End()
+			spans := tracedFetch(t, p, reg.host+"/app:v1", compressedLayers(t, img))
 			// When layer 0's last chunk was written, and layer 1's
 			// first stream granted.
 			var written0, turn1 time.Time
-			for _, s := range rec.Ended() {
+			for _, s := range spans {
 				idx := -1
 				for _, a := range s.Attributes() {
 					if a.Key == "oci.layer.index" {
@@ -521,14 +511,8 @@ func TestLayerBelowTakesStreamsFirst(t *testing.T) {
 	img := testImage(t, 2, 6<<20)
 	reg, _ := chunkedRegistry(t, img, nil)
 	p := newChunkingPuller(t, Options{DownloadConnections: 4, LayerConnections: 4})
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	ctx, root := tp.Tracer("test").Start(context.Background(), "build")
-	fetchAllCtx(t, ctx, p, Source{Ref: reg.host + "/app:v1"}, compressedLayers(t, img))
-	root.End()
 	conns := map[int64]int64{}
-	for _, s := range rec.Ended() {
+	for _, s := range tracedFetch(t, p, reg.host+"/app:v1", compressedLayers(t, img)) {
 		idx, n := int64(-1), int64(0)
 		for _, a := range s.Attributes() {
 			switch a.Key {
@@ -545,4 +529,17 @@ func TestLayerBelowTakesStreamsFirst(t *testing.T) {
 	if conns[0] != 4 {
 		t.Errorf("the bottom layer ran %d streams at most (layers: %v), want 4, its cap", conns[0], conns)
 	}
+}
+
+// tracedFetch fetches ref with p under a recorded "build" span, checks
+// the layers against want, and returns the spans that ended.
+func tracedFetch(t *testing.T, p *Puller, ref string, want [][]byte) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	ctx, root := tp.Tracer("test").Start(context.Background(), "build")
+	fetchAllCtx(t, ctx, p, Source{Ref: ref}, want)
+	root.End()
+	return rec.Ended()
 }

@@ -210,101 +210,41 @@ func (p *Puller) start(ctx context.Context, img *Image, progress func(Progress),
 	if img == nil || img.src == nil {
 		return nil, errors.New("fetch: image was not returned by Resolve")
 	}
-	// One job per distinct blob; a repeated layer counts once per use.
-	type job struct {
-		layer Layer
-		index int // of the layer's first use, for messages
-		uses  int
-		turn  int // among the distinct blobs, in manifest order
-	}
-	var jobs []*job
-	byHex := make(map[string]*job)
-	for i, l := range img.Layers {
-		if j := byHex[l.Digest.Hex]; j != nil {
-			j.uses++
-			continue
-		}
-		j := &job{layer: l, index: i, uses: 1}
-		byHex[l.Digest.Hex] = j
-		jobs = append(jobs, j)
-	}
-
-	tr := newTracker(img)
+	jobs := distinctBlobs(img.Layers)
 	ctx, cancel := context.WithCancel(ctx)
 	readers, cancelReaders := context.WithCancel(context.WithoutCancel(ctx))
 	l := &Layers{store: p.cache, layers: img.Layers, blobs: make(map[string]*blobState, len(jobs)),
 		readers: readers, cancelReaders: cancelReaders,
 		done: make(chan struct{}), cancel: cancel, ok: make(map[string]bool, len(jobs))}
-	for k, j := range jobs {
+	for _, j := range jobs {
 		l.blobs[j.layer.Digest.Hex] = &blobState{ready: make(chan struct{}), started: make(chan struct{})}
-		j.turn = k
 	}
 	gate := newStreamGate(p.slots, p.perBlob, max(p.firstStreams, 1), len(jobs))
 	gate.starved.Store(starved)
 	l.starved = &gate.starved
+	r := &startRun{p: p, img: img, l: l, gate: gate, tr: newTracker(img), ctx: ctx, cancel: cancel}
 	adapted := make(chan struct{})
 	go func() {
 		defer close(adapted)
-		gate.adapt(ctx, tr.net.Load)
+		gate.adapt(ctx, r.tr.net.Load)
 	}()
-	var firstErr error
-	work := make(chan *job)
+	work := make(chan *fetchJob)
 	var wg sync.WaitGroup
 	for range min(p.jobs, max(len(jobs), 1)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range work {
-				hex := j.layer.Digest.Hex
-				if ctx.Err() != nil {
-					gate.end(gate.lanes[j.turn])
-					close(l.blobs[hex].ready)
-					continue
-				}
-				lt := tr.layer(j.layer.Size, j.uses)
-				lctx, endSpan := layerSpan(ctx, j.index, j.layer)
-				d := &downloader{store: l.store, src: img.src, index: j.index, layer: j.layer, tracker: lt,
-					blob: l.blobs[hex], gate: gate, lane: gate.lanes[j.turn], chunks: p.chunks, secrets: img.secrets}
-				fromCache, err := l.store.Acquire(lctx, hex, j.layer.Size, img.src.key(), d.download)
-				gate.end(d.lane)
-				endSpan(fromCache, err)
-				l.mu.Lock()
-				if err != nil {
-					if firstErr == nil || (isCtxErr(firstErr) && !isCtxErr(err)) {
-						firstErr = err
-					}
-					cancel()
-				} else {
-					l.pinned = append(l.pinned, hex)
-					l.ok[hex] = true
-					lt.complete()
-				}
-				l.mu.Unlock()
-				close(l.blobs[hex].ready)
+				r.fetch(j)
 			}
 		}()
 	}
-
 	stopTicker := make(chan struct{})
 	tickerDone := make(chan struct{})
 	go func() {
 		defer close(tickerDone)
-		if progress == nil {
-			<-stopTicker
-			return
-		}
-		t := time.NewTicker(progressInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopTicker:
-				return
-			case <-t.C:
-				progress(tr.snapshot(false))
-			}
-		}
+		tickProgress(r.tr, progress, stopTicker)
 	}()
-
 	go func() {
 		for _, j := range jobs {
 			work <- j
@@ -313,22 +253,118 @@ func (p *Puller) start(ctx context.Context, img *Image, progress func(Progress),
 		wg.Wait()
 		close(stopTicker)
 		<-tickerDone
-		l.mu.Lock()
-		if firstErr == nil && ctx.Err() != nil {
-			firstErr = fmt.Errorf("fetch: %w", ctx.Err())
-		}
-		// Download errors come redacted (downloader.download).
-		l.err = firstErr
-		failed := l.err != nil
-		l.mu.Unlock()
-		cancel()
+		failed := r.settle()
 		<-adapted
 		if !failed && progress != nil {
-			progress(tr.snapshot(true))
+			progress(r.tr.snapshot(true))
 		}
 		close(l.done)
 	}()
 	return l, nil
+}
+
+// fetchJob is one distinct blob of a Start; a repeated layer counts once
+// per use.
+type fetchJob struct {
+	layer Layer
+	index int // of the layer's first use, for messages
+	uses  int
+	turn  int // among the distinct blobs, in manifest order
+}
+
+// distinctBlobs lists the distinct blobs of layers in manifest order.
+func distinctBlobs(layers []Layer) []*fetchJob {
+	var jobs []*fetchJob
+	byHex := make(map[string]*fetchJob)
+	for i, l := range layers {
+		if j := byHex[l.Digest.Hex]; j != nil {
+			j.uses++
+			continue
+		}
+		j := &fetchJob{layer: l, index: i, uses: 1, turn: len(jobs)}
+		byHex[l.Digest.Hex] = j
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+// startRun is what the workers of one Start share.
+type startRun struct {
+	p      *Puller
+	img    *Image
+	l      *Layers
+	gate   *streamGate
+	tr     *tracker
+	ctx    context.Context
+	cancel context.CancelFunc
+	// firstErr is the error the Start ends with (guarded by l.mu).
+	firstErr error
+}
+
+// fetch downloads (or finds in the cache) one blob; its first error, or
+// a later one more telling than a cancellation, ends the Start.
+func (r *startRun) fetch(j *fetchJob) {
+	l, hex := r.l, j.layer.Digest.Hex
+	lane := r.gate.lanes[j.turn]
+	defer close(l.blobs[hex].ready)
+	if r.ctx.Err() != nil {
+		r.gate.end(lane)
+		return
+	}
+	lt := r.tr.layer(j.layer.Size, j.uses)
+	lctx, endSpan := layerSpan(r.ctx, j.index, j.layer)
+	d := &downloader{store: l.store, src: r.img.src, index: j.index, layer: j.layer, tracker: lt,
+		blob: l.blobs[hex], gate: r.gate, lane: lane, chunks: r.p.chunks, secrets: r.img.secrets}
+	fromCache, err := l.store.Acquire(lctx, hex, j.layer.Size, r.img.src.key(), d.download)
+	r.gate.end(lane)
+	endSpan(fromCache, err)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if r.firstErr == nil || (isCtxErr(r.firstErr) && !isCtxErr(err)) {
+			r.firstErr = err
+		}
+		r.cancel()
+		return
+	}
+	l.pinned = append(l.pinned, hex)
+	l.ok[hex] = true
+	lt.complete()
+}
+
+// settle records how the Start ended once every blob did, and reports
+// whether it failed.
+func (r *startRun) settle() bool {
+	l := r.l
+	l.mu.Lock()
+	if r.firstErr == nil && r.ctx.Err() != nil {
+		r.firstErr = fmt.Errorf("fetch: %w", r.ctx.Err())
+	}
+	// Download errors come redacted (downloader.download).
+	l.err = r.firstErr
+	failed := l.err != nil
+	l.mu.Unlock()
+	r.cancel()
+	return failed
+}
+
+// tickProgress reports tr to progress every progressInterval until stop
+// closes.
+func tickProgress(tr *tracker, progress func(Progress), stop <-chan struct{}) {
+	if progress == nil {
+		<-stop
+		return
+	}
+	t := time.NewTicker(progressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			progress(tr.snapshot(false))
+		}
+	}
 }
 
 // blobState is one distinct blob of a Layers: ready closes when its

@@ -45,6 +45,47 @@ const (
 	DefaultLayerConnections = 8
 )
 
+// guardedBase makes the base transport of each registry: the reach
+// policy's pools, stall and minimum-rate guards, and retries.
+func guardedBase(opts Options, policy *netPolicy, ps *pools) func(registry string) http.RoundTripper {
+	stall := cmp.Or(opts.StallTimeout, DefaultStallTimeout)
+	rate := cmp.Or(opts.MinTransferRate, DefaultMinTransferRate)
+	minBytes := max(int64(float64(rate)*stall.Seconds()), 1)
+	return func(registry string) http.RoundTripper {
+		return transport.NewRetry(&guardTransport{inner: newReach(policy, ps, registry), policy: policy, stall: stall, minBytes: minBytes},
+			transport.WithRetryStatusCodes(retryStatusCodes...))
+	}
+}
+
+// addHosts records the insecure registries and the mirrors of opts, and
+// lists their hosts with the reach policy as named by the operator.
+func (reg *registryImages) addHosts(opts Options, policy *netPolicy) error {
+	for _, h := range opts.Insecure {
+		r, err := name.NewRegistry(h)
+		if err != nil {
+			return fmt.Errorf("insecure registry %q: %w", h, err)
+		}
+		reg.insecure[r.RegistryStr()] = true
+		policy.list(r.RegistryStr())
+	}
+	for host, list := range opts.Mirrors {
+		r, err := name.NewRegistry(host)
+		if err != nil {
+			return fmt.Errorf("mirrors of %q: %w", host, err)
+		}
+		for _, m := range list {
+			mi, err := parseMirror(m)
+			if err != nil {
+				return fmt.Errorf("mirror %q of %s: %w", m, host, err)
+			}
+			reg.mirrors[r.RegistryStr()] = append(reg.mirrors[r.RegistryStr()], mi)
+			mhost, _, _ := strings.Cut(mi.prefix, "/")
+			policy.list(mhost)
+		}
+	}
+	return nil
+}
+
 // Options configure a Puller.
 type Options struct {
 	// CacheDir holds the blob cache in <CacheDir>/blobs/sha256/<hex>; required.
@@ -267,41 +308,9 @@ func New(opts Options) (*Puller, error) {
 			tr.MaxIdleConnsPerHost = idle
 		}
 	}
-	stall := opts.StallTimeout
-	if stall == 0 {
-		stall = DefaultStallTimeout
-	}
-	rate := opts.MinTransferRate
-	if rate == 0 {
-		rate = DefaultMinTransferRate
-	}
-	minBytes := max(int64(float64(rate)*stall.Seconds()), 1)
-	reg.newBase = func(registry string) http.RoundTripper {
-		return transport.NewRetry(&guardTransport{inner: newReach(policy, pools, registry), policy: policy, stall: stall, minBytes: minBytes},
-			transport.WithRetryStatusCodes(retryStatusCodes...))
-	}
-	for _, h := range opts.Insecure {
-		r, err := name.NewRegistry(h)
-		if err != nil {
-			return nil, fmt.Errorf("new puller: insecure registry %q: %w", h, err)
-		}
-		reg.insecure[r.RegistryStr()] = true
-		policy.list(r.RegistryStr())
-	}
-	for host, list := range opts.Mirrors {
-		r, err := name.NewRegistry(host)
-		if err != nil {
-			return nil, fmt.Errorf("new puller: mirrors of %q: %w", host, err)
-		}
-		for _, m := range list {
-			mi, err := parseMirror(m)
-			if err != nil {
-				return nil, fmt.Errorf("new puller: mirror %q of %s: %w", m, host, err)
-			}
-			reg.mirrors[r.RegistryStr()] = append(reg.mirrors[r.RegistryStr()], mi)
-			mhost, _, _ := strings.Cut(mi.prefix, "/")
-			policy.list(mhost)
-		}
+	reg.newBase = guardedBase(opts, policy, pools)
+	if err := reg.addHosts(opts, policy); err != nil {
+		return nil, fmt.Errorf("new puller: %w", err)
 	}
 	for _, r := range opts.LocalRoots {
 		if !filepath.IsAbs(r) {
