@@ -39,7 +39,7 @@ type Partial struct {
 	written int64
 	// held lists the bytes written past the prefix; writing the ranges
 	// being written now. Neither may be written again.
-	held     rangeSet
+	held     RangeSet
 	writing  []Range
 	received int64
 	// hashing tells that a writer is advancing the prefix over held.
@@ -93,14 +93,14 @@ func (p *Partial) Received() int64 {
 
 // Missing lists the ranges of the blob neither written nor being written,
 // in order.
-func (p *Partial) Missing() []Range {
+func (p *Partial) Missing() RangeSet {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	taken := append(rangeSet(nil), p.held...)
+	taken := append(RangeSet(nil), p.held...)
 	for _, r := range p.writing {
-		taken.add(r)
+		taken.Add(r)
 	}
-	return taken.gaps(p.written, p.size)
+	return taken.Gaps(p.written, p.size)
 }
 
 // Write appends b at the end of the prefix. Bytes beyond the blob's size
@@ -126,7 +126,7 @@ func (p *Partial) WriteAt(b []byte, off int64) (int, error) {
 	case off < 0 || r.End > p.size:
 		p.mu.Unlock()
 		return 0, fmt.Errorf("%w: expected %d bytes, got more", ErrDigestMismatch, p.size)
-	case off < p.written || p.held.overlaps(r) || overlapsAny(p.writing, r):
+	case off < p.written || p.held.Overlaps(r) || overlapsAny(p.writing, r):
 		p.mu.Unlock()
 		return 0, fmt.Errorf("write blob: bytes %d-%d were already written", r.Off, r.End-1)
 	}
@@ -143,7 +143,7 @@ func (p *Partial) WriteAt(b []byte, off int64) (int, error) {
 		}
 	}
 	if n > 0 {
-		p.held.add(Range{off, off + int64(n)})
+		p.held.Add(Range{off, off + int64(n)})
 		p.received += int64(n)
 	}
 	lead := !p.hashing && !p.ended && len(p.held) > 0 && p.held[0].Off == p.written
@@ -196,7 +196,7 @@ func (p *Partial) advance(own []byte, ownOff int64) error {
 		}
 		p.mu.Lock()
 		p.written = r.End
-		p.held.trimFront(r.End)
+		p.held.Remove(Range{0, r.End})
 		p.wakeLocked()
 		p.mu.Unlock()
 	}

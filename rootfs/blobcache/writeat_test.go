@@ -225,19 +225,25 @@ func TestFillAt(t *testing.T) {
 	}
 }
 
-// TestRangeSet checks add, trimFront and gaps against a byte map.
+// TestRangeSet checks Add, Remove, Overlaps, Next, Bytes and Gaps against
+// a byte map.
 func TestRangeSet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 200 {
 		const size = 64
-		var s rangeSet
+		var s RangeSet
 		var have [size]bool
-		for range rng.IntN(12) {
+		for range rng.IntN(16) {
 			off := rng.IntN(size)
 			end := off + rng.IntN(size-off+1)
-			s.add(Range{int64(off), int64(end)})
+			remove := rng.IntN(3) == 0
+			if remove {
+				s.Remove(Range{int64(off), int64(end)})
+			} else {
+				s.Add(Range{int64(off), int64(end)})
+			}
 			for i := off; i < end; i++ {
-				have[i] = true
+				have[i] = !remove
 			}
 		}
 		for i := 1; i < len(s); i++ {
@@ -245,14 +251,37 @@ func TestRangeSet(t *testing.T) {
 				t.Fatalf("ranges %v not disjoint and apart", s)
 			}
 		}
-		for i := range size {
-			r := Range{int64(i), int64(i + 1)}
-			if s.overlaps(r) != have[i] {
-				t.Fatalf("set %v: byte %d held %v, overlaps says %v", s, i, have[i], s.overlaps(r))
+		for _, r := range s {
+			if r.Len() <= 0 {
+				t.Fatalf("empty range in %v", s)
 			}
 		}
+		var held int64
+		for i := range size {
+			r := Range{int64(i), int64(i + 1)}
+			if s.Overlaps(r) != have[i] {
+				t.Fatalf("set %v: byte %d held %v, Overlaps says %v", s, i, have[i], s.Overlaps(r))
+			}
+			next, ok := s.Next(int64(i))
+			want := -1
+			for j := i; j < size; j++ {
+				if have[j] {
+					want = j
+					break
+				}
+			}
+			if ok != (want >= 0) || ok && next != int64(want) {
+				t.Fatalf("set %v: Next(%d) = %d, %v; want %d", s, i, next, ok, want)
+			}
+			if have[i] {
+				held++
+			}
+		}
+		if s.Bytes() != held {
+			t.Fatalf("set %v: Bytes() = %d, want %d", s, s.Bytes(), held)
+		}
 		var gapBytes [size]bool
-		for _, g := range s.gaps(0, size) {
+		for _, g := range s.Gaps(0, size) {
 			if g.Len() <= 0 {
 				t.Fatalf("empty gap %v of %v", g, s)
 			}

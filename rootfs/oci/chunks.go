@@ -72,17 +72,11 @@ func (c chunking) helps(size, free int64) bool {
 // streams claim them, and give back what they could not fetch. It is not
 // safe for concurrent use (blobRun guards it).
 type chunkPlan struct {
-	free []blobcache.Range
+	free blobcache.RangeSet
 }
 
 // left returns the bytes not claimed.
-func (p *chunkPlan) left() int64 {
-	var n int64
-	for _, r := range p.free {
-		n += r.Len()
-	}
-	return n
-}
+func (p *chunkPlan) left() int64 { return p.free.Bytes() }
 
 // claimFirst claims up to n bytes from the first free byte on.
 func (p *chunkPlan) claimFirst(n int64) (blobcache.Range, bool) {
@@ -99,46 +93,13 @@ func (p *chunkPlan) claimAt(pos, n int64) (blobcache.Range, bool) {
 	if i == len(p.free) || p.free[i].Off > pos || n <= 0 {
 		return blobcache.Range{}, false
 	}
-	f := p.free[i]
-	c := blobcache.Range{Off: pos, End: min(pos+n, f.End)}
-	switch {
-	case f.Off == c.Off && f.End == c.End:
-		p.free = append(p.free[:i], p.free[i+1:]...)
-	case f.Off == c.Off:
-		p.free[i].Off = c.End
-	case f.End == c.End:
-		p.free[i].End = c.Off
-	default:
-		p.free = append(p.free[:i+1], p.free[i:]...)
-		p.free[i].End = c.Off
-		p.free[i+1].Off = c.End
-	}
+	c := blobcache.Range{Off: pos, End: min(pos+n, p.free[i].End)}
+	p.free.Remove(c)
 	return c, true
 }
 
 // nextFree returns the first free byte at or after pos.
-func (p *chunkPlan) nextFree(pos int64) (int64, bool) {
-	i := sort.Search(len(p.free), func(i int) bool { return p.free[i].End > pos })
-	if i == len(p.free) {
-		return 0, false
-	}
-	return max(pos, p.free[i].Off), true
-}
+func (p *chunkPlan) nextFree(pos int64) (int64, bool) { return p.free.Next(pos) }
 
 // giveBack returns claimed bytes not fetched.
-func (p *chunkPlan) giveBack(r blobcache.Range) {
-	if r.Len() <= 0 {
-		return
-	}
-	i := sort.Search(len(p.free), func(i int) bool { return p.free[i].Off >= r.Off })
-	p.free = append(p.free[:i], append([]blobcache.Range{r}, p.free[i:]...)...)
-	// Merge with the neighbours it touches.
-	if i+1 < len(p.free) && p.free[i].End == p.free[i+1].Off {
-		p.free[i].End = p.free[i+1].End
-		p.free = append(p.free[:i+1], p.free[i+2:]...)
-	}
-	if i > 0 && p.free[i-1].End == p.free[i].Off {
-		p.free[i-1].End = p.free[i].End
-		p.free = append(p.free[:i], p.free[i+1:]...)
-	}
-}
+func (p *chunkPlan) giveBack(r blobcache.Range) { p.free.Add(r) }
