@@ -130,9 +130,8 @@ type Executor struct {
 	// running as soon as its claim is committed, so a cancel finds it.
 	claimMu sync.Mutex
 	mu      sync.Mutex
-	// running maps job ids to their cancel functions, runs to their state.
-	running map[string]context.CancelCauseFunc
-	runs    map[string]*jobRun
+	// running maps job ids to their runs.
+	running map[string]*jobRun
 	// flights maps fingerprints to the build in progress for them.
 	flights map[string]*flight
 	wake    chan struct{}
@@ -164,8 +163,7 @@ func New(o Options) *Executor {
 		jobs: o.Jobs, artifacts: o.Artifacts, builder: o.Builder, reporter: o.Reporter, settings: o.Settings,
 		logger: o.Logger, live: o.Live, tracer: o.Tracer,
 		metrics: newMetrics(), beat: o.Beat,
-		running: map[string]context.CancelCauseFunc{},
-		runs:    map[string]*jobRun{},
+		running: map[string]*jobRun{},
 		flights: map[string]*flight{},
 		wake:    make(chan struct{}, 1),
 	}
@@ -250,8 +248,9 @@ func (e *Executor) start(ctx context.Context, job spool.Job) {
 	limit := e.settings().Timeout
 	cancelCtx, cancel := context.WithCancelCause(ctx)
 	jobCtx, stopTimer := context.WithTimeoutCause(cancelCtx, limit, buildTimeout{limit})
+	r := e.newRun(job, ctx, limit, cancel)
 	e.mu.Lock()
-	e.running[job.ID] = cancel
+	e.running[job.ID] = r
 	e.mu.Unlock()
 	e.metrics.running.Inc()
 	e.metrics.observeQueueWait(job)
@@ -267,7 +266,7 @@ func (e *Executor) start(ctx context.Context, job spool.Job) {
 			e.metrics.running.Dec()
 			e.Wake()
 		}()
-		e.run(jobCtx, ctx, job, limit)
+		r.run(jobCtx)
 	}()
 }
 
@@ -288,7 +287,7 @@ func (e *Executor) Cancel(ctx context.Context, id string) (spool.Job, error) {
 	}
 	phase := j.Phase
 	e.mu.Lock()
-	run := e.runs[id]
+	run := e.running[id]
 	e.mu.Unlock()
 	if run != nil {
 		// The phase the build is in, and its progress reports queued
@@ -318,10 +317,10 @@ func (e *Executor) Cancel(ctx context.Context, id string) (spool.Job, error) {
 	e.metrics.cancelled.Inc()
 	e.reporter.Wake()
 	e.mu.Lock()
-	stop := e.running[id]
+	run = e.running[id]
 	e.mu.Unlock()
-	if stop != nil {
-		stop(errCancelled)
+	if run != nil {
+		run.cancel(errCancelled)
 	}
 	e.logger.Info("job cancelled", "job_id", id, "was", j.State, "phase", phase)
 	return j, nil

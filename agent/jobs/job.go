@@ -30,6 +30,8 @@ type jobRun struct {
 	agentCtx context.Context
 	// limit is the build.timeout the job runs under.
 	limit time.Duration
+	// cancel ends the job's context, with the cause a build reports.
+	cancel context.CancelCauseFunc
 
 	mu         sync.Mutex
 	phase      string
@@ -43,20 +45,19 @@ type jobRun struct {
 	lane *progressLane
 }
 
-// run drives one job, under ctx, to a terminal report, or back to the
+// newRun makes the state of job, run under limit until agentCtx ends or
+// cancel is called.
+func (e *Executor) newRun(job spool.Job, agentCtx context.Context, limit time.Duration, cancel context.CancelCauseFunc) *jobRun {
+	return &jobRun{e: e, job: job, log: e.logger.With("job_id", job.ID, "attempt", job.Attempts),
+		agentCtx: agentCtx, limit: limit, cancel: cancel, phase: api.PhasePulling, flush: make(chan struct{}, 1),
+		lane: newProgressLane()}
+}
+
+// run drives the job, under ctx, to a terminal report, or back to the
 // queue when the agent stops (agentCtx ends) under it.
-func (e *Executor) run(ctx, agentCtx context.Context, job spool.Job, limit time.Duration) {
-	r := &jobRun{e: e, job: job, log: e.logger.With("job_id", job.ID, "attempt", job.Attempts),
-		agentCtx: agentCtx, limit: limit, phase: api.PhasePulling, flush: make(chan struct{}, 1), lane: newProgressLane()}
+func (r *jobRun) run(ctx context.Context) {
+	e, job := r.e, r.job
 	defer r.lane.close()
-	e.mu.Lock()
-	e.runs[job.ID] = r
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.runs, job.ID)
-		e.mu.Unlock()
-	}()
 	if job.Attempts > e.settings().MaxAttempts {
 		r.fail(ctx, job.Phase, fmt.Sprintf("build interrupted %d times (agent stopped or crashed during it); giving up", job.Attempts-1))
 		return
